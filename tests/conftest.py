@@ -1,0 +1,99 @@
+"""Shared fixtures: where the stock and patched upstream code lives.
+
+Only the standard library and pytest are used here, so every venv of the project can
+load this file (see docs/DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TREES = REPO_ROOT / "build" / "trees"
+
+
+def _env_key(kind: str, target: str) -> str:
+    return f"SGL_OVERLAY_{kind}_ROOT_{target.upper().replace('-', '_')}"
+
+
+def tree_dir(target: str) -> Path:
+    """The git tree `sgl-overlay fetch` laid out for a target."""
+    path = TREES / target
+    if not (path / ".git").exists():
+        pytest.fail(f"{path} is missing: run `make` (sgl-overlay fetch + apply) first")
+    return path
+
+
+def _export_upstream(target: str, dest: Path) -> Path:
+    """Export the `upstream` commit of a target's tree (the stock pre-image)."""
+    tree = tree_dir(target)
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = dest / "upstream.tar"
+    subprocess.run(
+        ["git", "-C", str(tree), "archive", "--format=tar", "-o", str(archive), "upstream"],
+        check=True,
+    )
+    with tarfile.open(archive) as tar:
+        tar.extractall(dest, filter="data")
+    archive.unlink()
+    return dest
+
+
+@pytest.fixture(scope="session")
+def patched_root():
+    """Callable target -> directory that holds the patched package (`sglang/`)."""
+
+    def get(target: str) -> Path:
+        override = os.environ.get(_env_key("PATCHED", target))
+        if override:
+            return Path(override)
+        root = tree_dir(target)
+        return root / "python" if (root / "python").is_dir() else root
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def stock_root(tmp_path_factory):
+    """Callable target -> directory that holds the unpatched package."""
+    cache: dict[str, Path] = {}
+
+    def get(target: str) -> Path:
+        override = os.environ.get(_env_key("STOCK", target))
+        if override:
+            return Path(override)
+        if target not in cache:
+            dest = _export_upstream(target, tmp_path_factory.mktemp(f"stock-{target}"))
+            cache[target] = dest / "python" if (dest / "python").is_dir() else dest
+        return cache[target]
+
+    return get
+
+
+def run_probe(root: Path, script: Path, *args: str, python: str = sys.executable,
+              extra_env: dict[str, str] | None = None, flags: tuple[str, ...] = ()) -> dict:
+    """Run `python [flags] script args` with `root` first on PYTHONPATH; parse its JSON.
+
+    The probe must print exactly one JSON document on its last stdout line.
+    """
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(root), str(REPO_ROOT / "tests")])
+    env.update(extra_env or {})
+    proc = subprocess.run(
+        [python, *flags, str(script), *args], capture_output=True, text=True, env=env,
+        timeout=600,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(
+            f"probe {script.name} {' '.join(args)} failed (rc={proc.returncode}) with "
+            f"root {root}:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
+        )
+    last = proc.stdout.strip().splitlines()[-1]
+    return json.loads(last)
