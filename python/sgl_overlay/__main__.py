@@ -1,0 +1,3 @@
+from sgl_overlay.cli import main
+
+raise SystemExit(main())

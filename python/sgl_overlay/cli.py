@@ -1,0 +1,178 @@
+"""`sgl-overlay` command line. Exit codes: 0 ok, 1 failure, 2 usage, 130 interrupted."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sgl_overlay import __version__, fetch, operations, tree
+from sgl_overlay.checkout import Checkout, detect
+from sgl_overlay.errors import OverlayError, UsageError
+from sgl_overlay.manifest import Manifest, default_patches_dir, load_manifest
+from sgl_overlay.series import State
+from sgl_overlay.verify import verify_tree
+
+
+def repo_root(patches_dir: Path) -> Path:
+    return patches_dir.resolve().parent
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # usage errors exit 2 with one line + hint
+        self.print_usage(sys.stderr)
+        raise UsageError(f"{message}; see `{self.prog} --help`")
+
+
+def _common(p: argparse.ArgumentParser, checkout: bool = True) -> None:
+    p.add_argument("--target", "-t", action="append", metavar="NAME",
+                   help="limit to this target (sglang, sglang-kt, sgl-kernel); repeatable")
+    if checkout:
+        p.add_argument("--checkout", "-C", type=Path, metavar="PATH",
+                       help="a git checkout of sgl-project/sglang or kvcache-ai/sglang "
+                            "(default: the trees `fetch` laid out under build/trees)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="sgl-overlay",
+        description="Fixes for SGLang MoE serving as upstream-shaped patches: fetch the pinned "
+                    "upstream trees, apply the patches with `git am -3`, verify, build patched wheels.",
+        epilog="Exit codes: 0 ok, 1 failure, 2 usage error, 130 interrupted (tree rolled back).",
+    )
+    parser.add_argument("--version", action="version", version=f"sgl-overlay {__version__}")
+    parser.add_argument("--patches", type=Path, default=None, metavar="DIR",
+                        help="the overlay's patches/ folder (default: $SGL_OVERLAY_PATCHES or this checkout's)")
+    parser.add_argument("--trees", type=Path, default=None, metavar="DIR",
+                        help="where `fetch` lays out targets (default: <repo>/build/trees)")
+    parser.add_argument("--cache", type=Path, default=None, metavar="DIR",
+                        help="wheel download cache (default: <repo>/.cache/wheels)")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    p = sub.add_parser("fetch", help="download pinned wheels (sha256-verified) and lay out each target as a git tree",
+                       description="Download each pinned wheel with pip (cached, sha256-verified) and lay the "
+                                   "target out as a git checkout (python/sglang/...), committed once as "
+                                   "'upstream <name> <version>' and tagged `upstream`. sgl-kernel is rebuilt "
+                                   "from its full-context patches and proven by blob id, with no network.")
+    _common(p, checkout=False)
+    p.add_argument("--offline", action="store_true", help="use only the cache; fail if a wheel is missing")
+    p.add_argument("--force", action="store_true", help="lay trees out again even if they exist")
+
+    p = sub.add_parser("apply", help="apply the patch series with `git am -3` (all or nothing)",
+                       description="Check pre-image blob ids, then apply every pending patch with one "
+                                   "`git am -3`. On any failure or Ctrl-C the tree is rolled back to exactly "
+                                   "what it was. A second apply reports 'already applied'.")
+    _common(p)
+    p.add_argument("--strict", action="store_true", help="refuse when a pinned pre-image blob differs")
+
+    p = sub.add_parser("check", help="dry run of apply: would it succeed? (exit 1 if not)",
+                       description="Report what apply would do, touching nothing; exit 1 when it would fail.")
+    _common(p)
+    p.add_argument("--strict", action="store_true", help="treat a differing pre-image blob as a failure")
+
+    p = sub.add_parser("status", help="list each patch as applied / applicable / conflicting / already upstream",
+                       description="Classify each patch of each target in the checkout, simulating the series "
+                                   "in a private index (the tree is not touched).")
+    _common(p)
+
+    p = sub.add_parser("revert", help="remove exactly the overlay's commits",
+                       description="Drop the commits made from the overlay's patches (reset when they are on "
+                                   "top, `git revert` when later commits follow). Refuses a dirty tree.")
+    _common(p)
+
+    p = sub.add_parser("verify", help="prove laid-out trees equal pinned pre-images + patch post-images",
+                       description="For each laid-out tree: the `upstream` commit's pinned files match the "
+                                   "manifest's blob ids and HEAD's patched files match the series' final "
+                                   "post-image blob ids.")
+    _common(p, checkout=False)
+    return parser
+
+
+def _checkouts(args: argparse.Namespace, manifest: Manifest, trees: Path) -> list[Checkout]:
+    if getattr(args, "checkout", None) is not None:
+        return [detect(args.checkout, manifest, args.target)]
+    result = []
+    for target in manifest.select(args.target):
+        path = trees / target.name
+        if not tree.is_ready(path, target):
+            raise OverlayError(f"no tree for {target.name} at {path}; run `sgl-overlay fetch` first")
+        result.append(detect(path, manifest))
+    return result
+
+
+def _print_status(co: Checkout) -> bool:
+    ok = True
+    st = operations.statuses(co)
+    for warning in operations.preimage_warnings(co, st):
+        print(f"warning: {warning}")
+    for name, rows in st.items():
+        print(f"{name} in {co.path}:")
+        for r in rows:
+            extra = r.commit[:12] if r.commit else r.detail
+            print(f"  {r.state.value:<20} {r.patch.label}" + (f"  ({extra})" if extra else ""))
+            ok &= r.state not in (State.CONFLICTING, State.ABSENT)
+    return ok
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    patches = args.patches or default_patches_dir()
+    manifest = load_manifest(patches)
+    root = repo_root(manifest.path.parent)
+    trees = (args.trees or root / "build" / "trees").resolve()
+    cache = (args.cache or root / ".cache" / "wheels").resolve()
+
+    if args.command == "fetch":
+        for target in manifest.select(args.target):
+            wheel = fetch.fetch_wheel(target, cache, args.offline) if target.kind == "wheel" else None
+            print(tree.lay_out(target, trees / target.name, wheel, args.force), flush=True)
+        return 0
+    if args.command == "verify":
+        problems = []
+        for co in _checkouts(args, manifest, trees):
+            for target in co.targets:
+                found = verify_tree(co.path, target)
+                problems += found
+                if not found:
+                    print(f"verified {target.name}: base matches pins, {len(target.patches)} patch(es) "
+                          "give the exact post-images")
+        for p in problems:
+            print(f"error: {p}", file=sys.stderr)
+        return 1 if problems else 0
+    ok = True
+    for co in _checkouts(args, manifest, trees):
+        if args.command == "apply":
+            for line in operations.apply(co, args.strict):
+                print(line, flush=True)
+        elif args.command == "revert":
+            for line in operations.revert(co):
+                print(line, flush=True)
+        elif args.command == "status":
+            ok &= _print_status(co)
+        elif args.command == "check":
+            try:
+                to_apply, _, warnings = operations.plan(co, args.strict)
+            except OverlayError as exc:
+                print(f"would fail: {exc}")
+                ok = False
+                continue
+            for w in warnings:
+                print(f"warning: {w}")
+            print(f"ok: {len(to_apply)} patch(es) would apply to {co.path}" if to_apply
+                  else f"ok: already applied in {co.path}")
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return run(argv)
+    except OverlayError as exc:
+        print(f"sgl-overlay: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("sgl-overlay: interrupted", file=sys.stderr)
+        return operations.INTERRUPTED_EXIT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""Download pinned wheels from the registry with pip, verified by sha256, cached under the repo."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from packaging.utils import parse_wheel_filename
+
+from sgl_overlay.errors import OverlayError
+from sgl_overlay.manifest import Target
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _pip_tag_args(wheel_name: str) -> list[str]:
+    """pip flags that select exactly the pinned wheel's tags, whatever Python runs the tool."""
+    _, _, _, tags = parse_wheel_filename(wheel_name)
+    args: list[str] = ["--only-binary=:all:"]
+    for tag in sorted(tags, key=str):
+        args += ["--platform", tag.platform, "--abi", tag.abi]
+        if tag.interpreter.startswith("cp"):
+            args += ["--implementation", "cp", "--python-version", tag.interpreter[2:]]
+    return args
+
+
+def verify_wheel(path: Path, expected: str) -> None:
+    found = sha256_of(path)
+    if found != expected:
+        raise OverlayError(
+            f"sha256 mismatch for {path.name}: expected {expected}, found {found}; "
+            f"delete {path} and run `sgl-overlay fetch` again (or check the pin in patches/manifest.toml)"
+        )
+
+
+def fetch_wheel(target: Target, cache: Path, offline: bool = False) -> Path:
+    """Return the cached, verified pinned wheel of `target`, downloading it if needed."""
+    cache.mkdir(parents=True, exist_ok=True)
+    dest = cache / target.wheel
+    if dest.exists():
+        verify_wheel(dest, target.sha256)
+        print(f"fetch {target.name}: {target.wheel} from cache (sha256 ok)", flush=True)
+        return dest
+    if offline:
+        raise OverlayError(
+            f"{target.wheel} is not in the cache {cache} and --offline was given; run `sgl-overlay fetch` online once"
+        )
+    print(f"fetch {target.name}: downloading {target.requirement} ({target.wheel})", flush=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        cmd = [
+            sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+            "--progress-bar", "off", "-d", tmp, *_pip_tag_args(target.wheel), target.requirement,
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        got = Path(tmp) / target.wheel
+        if proc.returncode != 0 or not got.exists():
+            last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise OverlayError(
+                f"pip could not download {target.requirement} ({target.wheel}): {last[0]}; "
+                "check the network, or put the wheel into the cache folder by hand"
+            )
+        verify_wheel(got, target.sha256)
+        shutil.move(str(got), dest)
+    size_mb = dest.stat().st_size / 1e6
+    print(f"fetch {target.name}: {target.wheel} {size_mb:.1f} MB, sha256 ok", flush=True)
+    return dest

@@ -1,0 +1,115 @@
+"""Thin wrappers over the git command line (the one diff/patch engine the tool uses)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from sgl_overlay.errors import OverlayError
+
+# Commits the tool itself makes (the `upstream` base of a laid-out tree, patches applied
+# to it) use a fixed identity and date so the same pins always give the same commit ids.
+TOOL_IDENTITY = {
+    "GIT_AUTHOR_NAME": "sgl-overlay",
+    "GIT_AUTHOR_EMAIL": "sgl-overlay@localhost",
+    "GIT_COMMITTER_NAME": "sgl-overlay",
+    "GIT_COMMITTER_EMAIL": "sgl-overlay@localhost",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+}
+
+
+def git(
+    repo: Path,
+    *args: str,
+    check: bool = True,
+    env: dict[str, str] | None = None,
+    input: str | bytes | None = None,
+    new_session: bool = False,
+) -> subprocess.CompletedProcess:
+    """Run git in `repo`. `new_session` shields it from the terminal's Ctrl-C."""
+    full_env = dict(os.environ)
+    full_env.update({"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0"})
+    full_env.update(env or {})
+    text = not isinstance(input, bytes)
+    proc = subprocess.run(
+        ["git", "-C", str(repo), *args],
+        capture_output=True,
+        text=text,
+        env=full_env,
+        input=input,
+        start_new_session=new_session,
+    )
+    if check and proc.returncode != 0:
+        err = proc.stderr if text else proc.stderr.decode(errors="replace")
+        first = err.strip().splitlines()[0] if err.strip() else f"exit {proc.returncode}"
+        raise OverlayError(f"git {' '.join(args[:2])} failed in {repo}: {first}")
+    return proc
+
+
+def out(repo: Path, *args: str) -> str:
+    return git(repo, *args).stdout.strip()
+
+
+def toplevel(path: Path) -> Path:
+    if not path.exists():
+        raise OverlayError(f"{path} does not exist; pass the root of a git checkout")
+    proc = git(path, "rev-parse", "--show-toplevel", check=False)
+    if proc.returncode != 0:
+        raise OverlayError(
+            f"not a git directory: {path}; pass the root of a git checkout of "
+            "sgl-project/sglang or kvcache-ai/sglang (or run `sgl-overlay fetch`)"
+        )
+    return Path(proc.stdout.strip())
+
+
+def head(repo: Path) -> str:
+    return out(repo, "rev-parse", "HEAD")
+
+
+def git_dir(repo: Path) -> Path:
+    return Path(out(repo, "rev-parse", "--absolute-git-dir"))
+
+
+def operation_in_progress(repo: Path) -> str | None:
+    """Name the half-finished git operation (am, rebase, merge, ...) if there is one."""
+    gd = git_dir(repo)
+    for name, what in (
+        ("rebase-apply", "a `git am` or rebase"),
+        ("rebase-merge", "a rebase"),
+        ("MERGE_HEAD", "a merge"),
+        ("CHERRY_PICK_HEAD", "a cherry-pick"),
+        ("REVERT_HEAD", "a revert"),
+    ):
+        if (gd / name).exists():
+            return what
+    return None
+
+
+def dirty_files(repo: Path) -> list[str]:
+    """Tracked files with uncommitted changes (staged or not)."""
+    lines = out(repo, "status", "--porcelain", "--untracked-files=no").splitlines()
+    return [line[3:] for line in lines if line.strip()]
+
+
+def blob_at(repo: Path, rev: str, path: str) -> str | None:
+    proc = git(repo, "rev-parse", "--verify", "--quiet", f"{rev}:{path}", check=False)
+    return proc.stdout.strip() or None
+
+
+def hash_bytes(data: bytes) -> str:
+    """The git blob id of `data` (what `git hash-object` prints)."""
+    proc = subprocess.run(
+        ["git", "hash-object", "--stdin"], input=data, capture_output=True, check=True
+    )
+    return proc.stdout.decode().strip()
+
+
+def config_get(repo: Path, key: str) -> str | None:
+    proc = git(repo, "config", "--get", key, check=False)
+    return proc.stdout.strip() or None
+
+
+def has_identity(repo: Path) -> bool:
+    return bool(config_get(repo, "user.name") and config_get(repo, "user.email"))

@@ -1,0 +1,100 @@
+"""The manifest: which upstream trees the overlay pins, and which patches it carries."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sgl_overlay.errors import OverlayError
+
+MANIFEST_NAME = "manifest.toml"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One pinned upstream tree and its patch series."""
+
+    name: str
+    kind: str  # "wheel": from a registry wheel; "patch-context": rebuilt from full-context patches
+    version: str
+    upstream: str
+    patch_dir: Path
+    patches: tuple[str, ...]
+    preimages: dict[str, str]
+    requirement: str = ""
+    wheel: str = ""
+    sha256: str = ""
+    commit: str = ""
+    layout: dict[str, str] = field(default_factory=dict)  # wheel top-level dir -> tree path
+    project_name: str = ""  # [project].name in python/pyproject.toml of a checkout
+    marker: str = ""  # a file whose presence says a checkout holds this target
+    full_context: bool = False
+
+    def patch_paths(self) -> list[Path]:
+        return [self.patch_dir / p for p in self.patches]
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} {self.version}"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    path: Path
+    targets: dict[str, Target]
+
+    def get(self, name: str) -> Target:
+        try:
+            return self.targets[name]
+        except KeyError:
+            known = ", ".join(sorted(self.targets))
+            raise OverlayError(f"unknown target {name!r}; known targets: {known}") from None
+
+    def select(self, names: list[str] | None) -> list[Target]:
+        return [self.get(n) for n in names] if names else list(self.targets.values())
+
+
+def default_patches_dir() -> Path:
+    """`--patches`, then $SGL_OVERLAY_PATCHES, then the source checkout this package sits in."""
+    env = os.environ.get("SGL_OVERLAY_PATCHES")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "patches"
+
+
+def load_manifest(patches_dir: Path | None = None) -> Manifest:
+    patches_dir = (patches_dir or default_patches_dir()).resolve()
+    path = patches_dir / MANIFEST_NAME
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise OverlayError(
+            f"no manifest at {path}; pass --patches DIR pointing at the overlay's patches/ folder"
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise OverlayError(f"{path} is not valid TOML ({exc}); restore it with `git checkout -- {path}`") from None
+    targets = {}
+    for name, raw in data.get("targets", {}).items():
+        try:
+            targets[name] = Target(
+                name=name,
+                kind=raw["kind"],
+                version=str(raw["version"]),
+                upstream=raw["upstream"],
+                patch_dir=patches_dir / name,
+                patches=tuple(raw.get("patches", [])),
+                preimages=dict(raw.get("preimages", {})),
+                requirement=raw.get("requirement", ""),
+                wheel=raw.get("wheel", ""),
+                sha256=raw.get("sha256", ""),
+                commit=raw.get("commit", ""),
+                layout=dict(raw.get("layout", {})),
+                project_name=raw.get("project_name", ""),
+                marker=raw.get("marker", ""),
+                full_context=raw.get("context", "") == "full",
+            )
+        except KeyError as exc:
+            raise OverlayError(f"{path}: target {name!r} lacks key {exc}; see docs/DESIGN.md") from None
+    return Manifest(path=path, targets=targets)

@@ -1,0 +1,114 @@
+"""Reading the overlay's `git format-patch` files: subject, touched files, blob ids, pre-images."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import unidiff
+
+from sgl_overlay.errors import OverlayError
+
+_INDEX = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)")
+_NULL = re.compile(r"^0+$")
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: str
+    old_blob: str | None  # None for a file the patch adds
+    new_blob: str | None  # None for a file the patch deletes
+
+
+@dataclass(frozen=True)
+class Patch:
+    path: Path
+    subject: str
+    changes: tuple[FileChange, ...]
+    patchset: unidiff.PatchSet
+
+    @property
+    def label(self) -> str:
+        return f"{self.path.parent.name}/{self.path.name}"
+
+    def touched(self) -> list[str]:
+        return [c.path for c in self.changes]
+
+
+def _subject(path: Path, raw: bytes) -> str:
+    # git's own mail parser, so "Subject: [PATCH 1/2] ..." folding and prefixes are handled as git am does.
+    proc = subprocess.run(
+        ["git", "mailinfo", "/dev/null", "/dev/null"], input=raw, capture_output=True
+    )
+    for line in proc.stdout.decode(errors="replace").splitlines():
+        if line.startswith("Subject: "):
+            return line[len("Subject: ") :].strip()
+    return ""
+
+
+def read_patch(path: Path) -> Patch:
+    """Parse one patch file; a missing or unreadable one is a one-line error."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise OverlayError(
+            f"missing patch file {path}; restore it with `git checkout -- {path}` or fix patches/manifest.toml"
+        ) from None
+    try:
+        patchset = unidiff.PatchSet(raw.decode("utf-8"))
+    except (UnicodeDecodeError, unidiff.UnidiffParseError) as exc:
+        raise OverlayError(
+            f"corrupt patch file {path} ({exc}); restore it with `git checkout -- {path}`"
+        ) from None
+    subject = _subject(path, raw)
+    if not subject or len(patchset) == 0:
+        raise OverlayError(
+            f"corrupt patch file {path} (no {'subject' if not subject else 'diff'} found); "
+            f"restore it with `git checkout -- {path}`"
+        )
+    changes = []
+    for pf in patchset:
+        old = new = None
+        for line in str(pf.patch_info).splitlines():
+            m = _INDEX.match(line)
+            if m:
+                old, new = m.groups()
+        if old is None:
+            raise OverlayError(f"corrupt patch file {path}: {pf.path} has no `index` line")
+        changes.append(
+            FileChange(
+                path=pf.path,
+                old_blob=None if _NULL.match(old) else old,
+                new_blob=None if _NULL.match(new) else new,
+            )
+        )
+    return Patch(path=path, subject=subject, changes=tuple(changes), patchset=patchset)
+
+
+def preimage_from_full_context(patch: Patch, file_path: str) -> bytes:
+    """Rebuild a file's pre-image from a patch written with full-file context.
+
+    The source side of a full-context hunk is the whole old file; its blob id, checked by
+    the caller against the manifest, proves that nothing was left out.
+    """
+    for pf in patch.patchset:
+        if pf.path != file_path:
+            continue
+        if len(pf) != 1 or pf[0].source_start not in (0, 1):
+            raise OverlayError(
+                f"{patch.label}: {file_path} is not written with full-file context; "
+                "re-export it with `git format-patch -U100000`"
+            )
+        lines: list[str] = []
+        last_type = None
+        for line in pf[0]:
+            if line.line_type == unidiff.LINE_TYPE_NO_NEWLINE:
+                if last_type in (unidiff.LINE_TYPE_CONTEXT, unidiff.LINE_TYPE_REMOVED) and lines:
+                    lines[-1] = lines[-1].rstrip("\n")
+            elif line.line_type in (unidiff.LINE_TYPE_CONTEXT, unidiff.LINE_TYPE_REMOVED):
+                lines.append(line.value)
+            last_type = line.line_type
+        return "".join(lines).encode("utf-8")
+    raise OverlayError(f"{patch.label} does not touch {file_path}")

@@ -1,0 +1,124 @@
+"""Where each patch of a series stands in a checkout, simulated in a throw-away index."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from sgl_overlay import gitutil
+from sgl_overlay.manifest import Target
+from sgl_overlay.patchfile import Patch, read_patch
+
+HISTORY_DEPTH = 2000  # how far back to look for commits made from the overlay's patches
+
+
+class State(str, Enum):
+    APPLIED = "applied"  # a commit made from this patch is in HEAD's history
+    APPLICABLE = "applicable"  # applies exactly (possibly with line offsets)
+    APPLICABLE_3WAY = "applicable (3-way)"  # applies only through a 3-way merge
+    UPSTREAM = "already upstream"  # the change is there, not from our commit (reverse-applies)
+    CONFLICTING = "conflicting"
+    ABSENT = "target file absent"
+
+
+@dataclass
+class PatchStatus:
+    patch: Patch
+    state: State
+    detail: str = ""
+    commit: str = ""
+
+
+def _patch_id(data: bytes) -> str:
+    proc = subprocess.run(["git", "patch-id", "--stable"], input=data, capture_output=True, check=True)
+    return proc.stdout.decode().split(" ")[0]
+
+
+def find_commit(repo: Path, patch: Patch, full_context: bool) -> str:
+    """The commit in HEAD's recent history made from `patch` (same subject and patch-id), or ''."""
+    log = gitutil.out(repo, "log", f"-n{HISTORY_DEPTH}", "--format=%H%x09%s", "HEAD")
+    wanted = None
+    for line in log.splitlines():
+        sha, _, subject = line.partition("\t")
+        if subject != patch.subject:
+            continue
+        wanted = wanted or _patch_id(patch.path.read_bytes())
+        ctx = ["-U100000"] if full_context else []
+        shown = gitutil.git(repo, "show", "--format=", *ctx, sha, input=None).stdout
+        if _patch_id(shown.encode()) == wanted:
+            return sha
+    return ""
+
+
+class ScratchIndex:
+    """A private index seeded from HEAD: `git apply --cached` there never touches the tree."""
+
+    def __init__(self, repo: Path):
+        self.repo = repo
+        fd, self.path = tempfile.mkstemp(prefix="sgl-overlay-index-")
+        os.close(fd)
+        os.unlink(self.path)
+        self.env = {"GIT_INDEX_FILE": self.path}
+        gitutil.git(repo, "read-tree", "HEAD", env=self.env)
+
+    def apply(self, patch: Path, *flags: str) -> subprocess.CompletedProcess:
+        return gitutil.git(self.repo, "apply", "--cached", "-v", *flags, str(patch), check=False, env=self.env)
+
+    def close(self) -> None:
+        for p in (self.path, self.path + ".lock"):
+            if os.path.exists(p):
+                os.unlink(p)
+
+
+def _first_error(proc: subprocess.CompletedProcess) -> str:
+    for line in proc.stderr.splitlines():
+        if line.startswith("error:"):
+            return line[len("error:") :].strip()
+    return (proc.stderr.strip().splitlines() or ["git apply refused it"])[-1]
+
+
+def _offsets(proc: subprocess.CompletedProcess) -> str:
+    hunks = [l.strip() for l in proc.stderr.splitlines() if "offset" in l or "fuzz" in l]
+    return "; ".join(hunks)
+
+
+def series_status(repo: Path, target: Target) -> list[PatchStatus]:
+    """Classify each patch in order, applying the applicable ones to a scratch index as it goes."""
+    patches = [read_patch(p) for p in target.patch_paths()]
+    result: list[PatchStatus] = []
+    scratch = ScratchIndex(repo)
+    try:
+        for patch in patches:
+            sha = find_commit(repo, patch, target.full_context)
+            if sha:
+                result.append(PatchStatus(patch, State.APPLIED, commit=sha))
+                continue
+            absent = [
+                c.path for c in patch.changes
+                if c.old_blob and gitutil.blob_at(repo, "HEAD", c.path) is None
+                and not any(c.path in r.patch.touched() for r in result)
+            ]
+            if absent:
+                result.append(PatchStatus(patch, State.ABSENT, detail=absent[0]))
+                continue
+            exact = scratch.apply(patch.path, "--check")
+            if exact.returncode == 0:
+                scratch.apply(patch.path)
+                result.append(PatchStatus(patch, State.APPLICABLE, detail=_offsets(exact)))
+                continue
+            reverse = scratch.apply(patch.path, "--check", "-R")
+            if reverse.returncode == 0:
+                result.append(PatchStatus(patch, State.UPSTREAM))
+                continue
+            three = scratch.apply(patch.path, "--3way")
+            if three.returncode == 0:
+                result.append(PatchStatus(patch, State.APPLICABLE_3WAY))
+                continue
+            result.append(PatchStatus(patch, State.CONFLICTING, detail=_first_error(exact)))
+    finally:
+        scratch.close()
+    return result

@@ -1,0 +1,118 @@
+"""Lay out a pinned target as a git checkout: one `upstream` commit, patches on top."""
+
+from __future__ import annotations
+
+import shutil
+import stat
+from pathlib import Path
+
+from wheel.wheelfile import WheelFile
+
+from sgl_overlay import gitutil
+from sgl_overlay.errors import OverlayError
+from sgl_overlay.manifest import Target
+from sgl_overlay.patchfile import preimage_from_full_context, read_patch
+
+BASE_TAG = "upstream"
+
+
+def _extract_wheel(wheel: Path, target: Target, dest: Path) -> int:
+    """Extract the wheel's packages to their checkout paths; WheelFile checks RECORD hashes."""
+    count = 0
+    with WheelFile(wheel) as wf:
+        for info in wf.infolist():
+            if info.is_dir():
+                continue
+            top, _, rest = info.filename.partition("/")
+            if top not in target.layout:
+                continue
+            out = dest / target.layout[top] / rest
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with wf.open(info) as src, out.open("wb") as dst:
+                shutil.copyfileobj(src, dst)
+            mode = (info.external_attr >> 16) & 0o777
+            if mode & stat.S_IXUSR:
+                out.chmod(0o755)
+            count += 1
+    return count
+
+
+def _rebuild_from_patches(target: Target, dest: Path) -> int:
+    """Write each pinned file's pre-image, taken from the first full-context patch touching it."""
+    patches = [read_patch(p) for p in target.patch_paths()]
+    for path, blob in target.preimages.items():
+        source = next((p for p in patches if path in p.touched()), None)
+        if source is None:
+            raise OverlayError(f"no patch of {target.name} touches {path}; fix patches/manifest.toml")
+        data = preimage_from_full_context(source, path)
+        found = gitutil.hash_bytes(data)
+        if found != blob:
+            raise OverlayError(
+                f"pre-image of {path} rebuilt from {source.label} hashes to {found}, "
+                f"manifest pins {blob}; the patch was edited by hand: re-export it from the tree"
+            )
+        out = dest / path
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(data)
+    return len(target.preimages)
+
+
+def check_preimages(repo: Path, rev: str, target: Target) -> list[str]:
+    """Lines naming each pinned file whose blob at `rev` differs from the manifest."""
+    problems = []
+    for path, expected in target.preimages.items():
+        found = gitutil.blob_at(repo, rev, path)
+        if found is None:
+            problems.append(f"missing file {path} (expected blob {expected})")
+        elif found != expected:
+            problems.append(f"{path}: expected blob {expected}, found {found}")
+    return problems
+
+
+def is_ready(dest: Path, target: Target) -> bool:
+    if not (dest / ".git").exists():
+        return False
+    return (
+        gitutil.config_get(dest, "sgl-overlay.target") == target.name
+        and gitutil.config_get(dest, "sgl-overlay.version") == target.version
+        and gitutil.git(dest, "rev-parse", "--verify", "--quiet", BASE_TAG, check=False).returncode == 0
+    )
+
+
+def lay_out(target: Target, dest: Path, wheel: Path | None, force: bool = False) -> str:
+    """Create `dest` as a git tree of the pinned target (idempotent). Returns a status line."""
+    if is_ready(dest, target) and not force:
+        return f"tree {target.name}: {dest} ready (upstream {target.version})"
+    if dest.exists():
+        if not force and any(dest.iterdir()):
+            raise OverlayError(
+                f"{dest} exists but is not the {target.label} tree; remove it or pass --force"
+            )
+        shutil.rmtree(dest)
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        if target.kind == "wheel":
+            assert wheel is not None
+            count = _extract_wheel(wheel, target, tmp)
+        elif target.kind == "patch-context":
+            count = _rebuild_from_patches(target, tmp)
+        else:
+            raise OverlayError(f"target {target.name}: unknown kind {target.kind!r} in the manifest")
+        gitutil.git(tmp, "init", "-q", "-b", "main")
+        gitutil.git(tmp, "config", "sgl-overlay.target", target.name)
+        gitutil.git(tmp, "config", "sgl-overlay.version", target.version)
+        gitutil.git(tmp, "config", "core.autocrlf", "false")
+        gitutil.git(tmp, "add", "-A")
+        msg = f"upstream {target.name} {target.version}\n\nSource: {target.wheel or target.upstream + '@' + target.commit}\n"
+        gitutil.git(tmp, "commit", "-q", "-m", msg, env=gitutil.TOOL_IDENTITY)
+        gitutil.git(tmp, "tag", BASE_TAG)
+        problems = check_preimages(tmp, BASE_TAG, target)
+        if problems:
+            raise OverlayError(f"{target.label}: pinned pre-image differs: {problems[0]}; fix patches/manifest.toml")
+        tmp.rename(dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return f"tree {target.name}: {dest} laid out ({count} files, commit {gitutil.head(dest)[:12]})"
