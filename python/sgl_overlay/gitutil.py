@@ -89,7 +89,7 @@ def operation_in_progress(repo: Path) -> str | None:
 
 def dirty_files(repo: Path) -> list[str]:
     """Tracked files with uncommitted changes (staged or not)."""
-    lines = out(repo, "status", "--porcelain", "--untracked-files=no").splitlines()
+    lines = git(repo, "status", "--porcelain", "--untracked-files=no").stdout.splitlines()
     return [line[3:] for line in lines if line.strip()]
 
 

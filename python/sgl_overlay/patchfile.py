@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import unidiff
+from unidiff.constants import LINE_TYPE_CONTEXT, LINE_TYPE_NO_NEWLINE, LINE_TYPE_REMOVED
 
 from sgl_overlay.errors import OverlayError
 
@@ -62,6 +63,11 @@ def read_patch(path: Path) -> Patch:
         raise OverlayError(
             f"corrupt patch file {path} ({exc}); restore it with `git checkout -- {path}`"
         ) from None
+    # git's own parser must accept it too: it is what `git am` will run.
+    check = subprocess.run(["git", "apply", "--numstat", str(path)], capture_output=True, text=True)
+    if check.returncode != 0:
+        reason = (check.stderr.strip().splitlines() or ["git apply rejects it"])[0].removeprefix("error: ")
+        raise OverlayError(f"corrupt patch file {path} ({reason}); restore it with `git checkout -- {path}`")
     subject = _subject(path, raw)
     if not subject or len(patchset) == 0:
         raise OverlayError(
@@ -70,6 +76,10 @@ def read_patch(path: Path) -> Patch:
         )
     changes = []
     for pf in patchset:
+        if len(pf) == 0 and not (pf.is_rename or pf.is_binary_file or pf.is_added_file or pf.is_removed_file):
+            raise OverlayError(
+                f"corrupt patch file {path} (no readable hunk for {pf.path}); restore it with `git checkout -- {path}`"
+            )
         old = new = None
         for line in str(pf.patch_info).splitlines():
             m = _INDEX.match(line)
@@ -104,10 +114,10 @@ def preimage_from_full_context(patch: Patch, file_path: str) -> bytes:
         lines: list[str] = []
         last_type = None
         for line in pf[0]:
-            if line.line_type == unidiff.LINE_TYPE_NO_NEWLINE:
-                if last_type in (unidiff.LINE_TYPE_CONTEXT, unidiff.LINE_TYPE_REMOVED) and lines:
+            if line.line_type == LINE_TYPE_NO_NEWLINE:
+                if last_type in (LINE_TYPE_CONTEXT, LINE_TYPE_REMOVED) and lines:
                     lines[-1] = lines[-1].rstrip("\n")
-            elif line.line_type in (unidiff.LINE_TYPE_CONTEXT, unidiff.LINE_TYPE_REMOVED):
+            elif line.line_type in (LINE_TYPE_CONTEXT, LINE_TYPE_REMOVED):
                 lines.append(line.value)
             last_type = line.line_type
         return "".join(lines).encode("utf-8")

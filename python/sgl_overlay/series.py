@@ -75,9 +75,13 @@ class ScratchIndex:
 
 
 def _first_error(proc: subprocess.CompletedProcess) -> str:
-    for line in proc.stderr.splitlines():
-        if line.startswith("error:"):
-            return line[len("error:") :].strip()
+    """git's line naming the file and hunk position that failed."""
+    errors = [l[len("error:") :].strip() for l in proc.stderr.splitlines() if l.startswith("error:")]
+    for line in errors:
+        if line.startswith("patch failed:"):
+            return line
+    if errors:
+        return errors[-1]
     return (proc.stderr.strip().splitlines() or ["git apply refused it"])[-1]
 
 

@@ -90,6 +90,7 @@ def lay_out(target: Target, dest: Path, wheel: Path | None, force: bool = False)
             )
         shutil.rmtree(dest)
     tmp = dest.with_name(dest.name + ".tmp")
+    made_parent = not dest.parent.exists()
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
@@ -114,5 +115,7 @@ def lay_out(target: Target, dest: Path, wheel: Path | None, force: bool = False)
         tmp.rename(dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if made_parent:
+            shutil.rmtree(dest.parent, ignore_errors=True)
         raise
     return f"tree {target.name}: {dest} laid out ({count} files, commit {gitutil.head(dest)[:12]})"
