@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sgl_overlay import __version__, fetch, operations, tree
+from sgl_overlay import __version__, doctor, fetch, operations, tree, wheels
 from sgl_overlay.checkout import Checkout, detect
 from sgl_overlay.errors import OverlayError, UsageError
 from sgl_overlay.manifest import Manifest, default_patches_dir, load_manifest
@@ -85,6 +85,23 @@ def build_parser() -> argparse.ArgumentParser:
                                    "manifest's blob ids and HEAD's patched files match the series' final "
                                    "post-image blob ids.")
     _common(p, checkout=False)
+
+    p = sub.add_parser("wheels", help="build patched wheels (local version label) into a folder",
+                       description="From the verified trees: unpack each pinned wheel, write the patched "
+                                   "files, repack with `wheel pack --local-version` (RECORD regenerated, tags "
+                                   "kept). With --checkout: upstream's own build of the checkout's python/ "
+                                   "after the series is applied there.")
+    _common(p)
+    p.add_argument("--out", type=Path, default=Path("dist"), help="output folder (default: dist)")
+
+    p = sub.add_parser("doctor", help="check which fixes an environment has; exit 1 when one is missing",
+                       description="Inspect an installed environment: sglang / sglang-kt versions and whether "
+                                   "each patch's files are installed (blob ids vs the patches' post-images), "
+                                   "whether sgl-kernel-ext is installed and wired in, and with a GPU a live "
+                                   "N=16 copy. Prints the command that fixes what is missing.")
+    p.add_argument("--python", default=doctor.default_python(), help="interpreter of the environment to inspect")
+    p.add_argument("--dist", type=Path, default=None, help="where the patched wheels are (default: <repo>/dist)")
+    p.add_argument("--no-live", action="store_true", help="skip the live GPU copy")
     return parser
 
 
@@ -126,6 +143,23 @@ def run(argv: list[str] | None = None) -> int:
         for target in manifest.select(args.target):
             wheel = fetch.fetch_wheel(target, cache, args.offline) if target.kind == "wheel" else None
             print(tree.lay_out(target, trees / target.name, wheel, args.force), flush=True)
+        return 0
+    if args.command == "doctor":
+        lines, ok = doctor.doctor(manifest, args.python, (args.dist or root / "dist").resolve(), not args.no_live)
+        print("\n".join(lines))
+        return 0 if ok else 1
+    if args.command == "wheels":
+        out_dir = args.out.resolve()
+        if args.checkout is not None:
+            co = detect(args.checkout, manifest, args.target)
+            print(f"built {wheels.build_from_checkout(co.path, list(co.targets), out_dir)}")
+            return 0
+        for target in manifest.select(args.target):
+            if target.kind != "wheel":
+                continue
+            wheel = fetch.fetch_wheel(target, cache, offline=True)
+            made = wheels.build_patched_wheel(target, wheel, trees / target.name, out_dir, manifest.local_version)
+            print(f"built {made}", flush=True)
         return 0
     if args.command == "verify":
         problems = []

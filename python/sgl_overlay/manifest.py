@@ -44,6 +44,7 @@ class Target:
 class Manifest:
     path: Path
     targets: dict[str, Target]
+    local_version: str = "overlay.1"  # PEP 440 local label of patched wheels
 
     def get(self, name: str) -> Target:
         try:
@@ -97,4 +98,4 @@ def load_manifest(patches_dir: Path | None = None) -> Manifest:
             )
         except KeyError as exc:
             raise OverlayError(f"{path}: target {name!r} lacks key {exc}; see docs/DESIGN.md") from None
-    return Manifest(path=path, targets=targets)
+    return Manifest(path=path, targets=targets, local_version=data.get("local_version", "overlay.1"))

@@ -1,0 +1,138 @@
+"""`doctor`: is each fix present in a Python environment? Installed files are compared by blob id."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.version import Version
+
+from sgl_overlay import gitutil
+from sgl_overlay.errors import OverlayError
+from sgl_overlay.manifest import Manifest
+from sgl_overlay.patchfile import read_patch
+from sgl_overlay.wheels import shipped_changes, wheel_path_of
+
+KERNEL_DISTS = ("sglang-kernel", "sgl-kernel")
+EXT_DIST = "sgl-kernel-ext"
+EXT_MODULE = "sgl_kernel_ext"
+
+# Runs inside the inspected interpreter: standard library only.
+_PROBE = r"""
+import importlib.metadata as md, json, sys
+names = sys.argv[1:]
+dists = {}
+for name in names:
+    try:
+        d = md.distribution(name)
+    except md.PackageNotFoundError:
+        continue
+    dists[name] = {"version": d.version, "root": str(d.locate_file(""))}
+plugins = [[ep.name, ep.value] for ep in md.entry_points(group="sglang.srt.plugins")]
+live = None
+if "--live" in names and any(n in dists for n in ("sgl-kernel-ext",)):
+    try:
+        import torch
+        if torch.cuda.is_available():
+            import sgl_kernel_ext
+            src = torch.arange(16, dtype=torch.int32) * 7 - 3
+            dst = torch.empty(16, dtype=torch.int32, device="cuda")
+            sgl_kernel_ext.copy_to_gpu_no_ce(src, dst)
+            torch.cuda.synchronize()
+            live = bool(torch.equal(dst.cpu(), src))
+    except Exception as exc:
+        live = f"{type(exc).__name__}: {exc}"
+print(json.dumps({"dists": dists, "plugins": plugins, "live": live, "python": sys.executable}))
+"""
+
+
+@dataclass
+class Finding:
+    target: str
+    what: str
+    ok: bool
+    fix: str = ""
+
+
+def probe(python: str, live: bool) -> dict:
+    names = ["sglang", "sglang-kt", *KERNEL_DISTS, EXT_DIST] + (["--live"] if live else [])
+    proc = subprocess.run([python, "-c", _PROBE, *names], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise OverlayError(f"could not inspect {python}: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def patched_wheel_name(manifest: Manifest, target_name: str) -> str:
+    target = manifest.get(target_name)
+    stem, _, tags = target.wheel[: -len(".whl")].partition(f"-{target.version}-")
+    return f"{stem}-{target.version}+{manifest.local_version}-{tags}.whl"
+
+
+def check_python_target(manifest: Manifest, name: str, info: dict, dist_dir: Path) -> list[Finding]:
+    target = manifest.get(name)
+    fix = f"pip install --no-deps --force-reinstall {dist_dir / patched_wheel_name(manifest, name)}"
+    installed = Version(info["version"])
+    if installed.base_version != target.version:
+        return [Finding(name, f"installed {installed}, the overlay pins {target.version}: fixes not checked", False,
+                        f"pip install {target.requirement} && {fix}")]
+    final = shipped_changes(target)
+    root = Path(info["root"])
+    findings = []
+    for patch_path in target.patch_paths():
+        patch = read_patch(patch_path)
+        files = [rel for p in patch.touched() if (rel := wheel_path_of(target, p)) is not None]
+        missing = []
+        for rel in files:
+            path = root / rel
+            want = final[rel]
+            found = gitutil.hash_bytes(path.read_bytes()) if path.exists() else None
+            if found != want:
+                missing.append(rel)
+        what = f"{patch.subject} ({len(files)} file(s))"
+        findings.append(Finding(name, what, not missing, "" if not missing else fix))
+    return findings
+
+
+def check_kernel(data: dict, dist_dir: Path) -> list[Finding]:
+    dists = data["dists"]
+    kernel = next((n for n in KERNEL_DISTS if n in dists), None)
+    if kernel is None and EXT_DIST not in dists:
+        return []
+    fix = f"pip install {dist_dir}/sgl_kernel_ext-*.whl"
+    findings = [Finding("sgl-kernel", f"{EXT_DIST} installed (copy_to_gpu_no_ce for any N <= 512)",
+                        EXT_DIST in dists, "" if EXT_DIST in dists else fix)]
+    wired = [ep for ep in data["plugins"] if ep[1].startswith(EXT_MODULE)]
+    findings.append(Finding("sgl-kernel", "wired into sglang through a sglang.srt.plugins entry point",
+                            bool(wired), "" if wired else fix))
+    if data["live"] is not None:
+        findings.append(Finding("sgl-kernel", "live N=16 copy on the GPU", data["live"] is True,
+                                "" if data["live"] is True else f"{data['live']}; reinstall: {fix}"))
+    return findings
+
+
+def doctor(manifest: Manifest, python: str, dist_dir: Path, live: bool = True) -> tuple[list[str], bool]:
+    data = probe(python, live)
+    lines = [f"environment: {data['python']}"]
+    findings: list[Finding] = []
+    for name in ("sglang", "sglang-kt"):
+        if name in data["dists"]:
+            lines.append(f"{name} {data['dists'][name]['version']} at {data['dists'][name]['root']}")
+            findings += check_python_target(manifest, name, data["dists"][name], dist_dir)
+    for kname in (*KERNEL_DISTS, EXT_DIST):
+        if kname in data["dists"]:
+            lines.append(f"{kname} {data['dists'][kname]['version']}")
+    findings += check_kernel(data, dist_dir)
+    if not findings:
+        return lines + ["no sglang, sglang-kt or sgl-kernel installed here; pass --python of the serving env"], False
+    for f in findings:
+        lines.append(f"  [{'ok' if f.ok else 'MISSING'}] {f.target}: {f.what}")
+        if not f.ok:
+            lines.append(f"      fix: {f.fix}")
+    return lines, all(f.ok for f in findings)
+
+
+def default_python() -> str:
+    return sys.executable
