@@ -22,6 +22,7 @@ trees: $(TOOL)
 
 wheels: trees venvs
 	$(TOOL) wheels --out dist
+	.venvs/sglang/bin/python -m pip wheel -q --no-deps --no-build-isolation -w dist ./sgl_kernel_ext
 
 test: venvs trees test-tool test-sglang test-sglang-kt test-kernel
 
