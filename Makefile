@@ -5,7 +5,7 @@ SHELL := /bin/bash
 TOOL := .venv/bin/sgl-overlay
 PYTEST := -m pytest -q -p no:cacheprovider
 
-.PHONY: all venvs trees wheels test test-tool test-sglang test-sglang-kt test-kernel matrix clean
+.PHONY: all venvs trees wheels test test-tool test-sglang test-sglang-kt test-kernel test-wheels matrix clean
 
 all: trees wheels
 
@@ -24,7 +24,7 @@ wheels: trees venvs
 	$(TOOL) wheels --out dist
 	.venvs/sglang/bin/python -m pip wheel -q --no-deps --no-build-isolation -w dist ./sgl_kernel_ext
 
-test: venvs trees test-tool test-sglang test-sglang-kt test-kernel
+test: venvs trees test-tool test-sglang test-sglang-kt test-kernel test-wheels
 
 test-tool: $(TOOL)
 	.venv/bin/python $(PYTEST) tests/tool
@@ -37,6 +37,17 @@ test-sglang-kt: venvs trees
 
 test-kernel: venvs trees
 	.venvs/sglang/bin/python $(PYTEST) tests/kernel
+
+# The patched wheels, installed: RECORD, byte diff against stock, doctor; then the K3 and KT
+# suites again, this time against the installed stock and patched wheels instead of the trees.
+INSTALLED := $(CURDIR)/build/installed
+test-wheels: wheels
+	scripts/install_wheels.sh
+	.venv/bin/python $(PYTEST) tests/wheels
+	SGL_OVERLAY_STOCK_ROOT_SGLANG=$(INSTALLED)/stock-sglang SGL_OVERLAY_PATCHED_ROOT_SGLANG=$(INSTALLED)/patched-sglang \
+	  .venvs/sglang/bin/python $(PYTEST) tests/sglang
+	SGL_OVERLAY_STOCK_ROOT_SGLANG_KT=$(INSTALLED)/stock-sglang-kt SGL_OVERLAY_PATCHED_ROOT_SGLANG_KT=$(INSTALLED)/patched-sglang-kt \
+	  .venvs/sglang-kt/bin/python $(PYTEST) tests/sglang_kt
 
 matrix: trees
 	$(TOOL) matrix

@@ -101,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "N=16 copy. Prints the command that fixes what is missing.")
     p.add_argument("--python", default=doctor.default_python(), help="interpreter of the environment to inspect")
     p.add_argument("--dist", type=Path, default=None, help="where the patched wheels are (default: <repo>/dist)")
+    p.add_argument("--site", type=Path, default=None,
+                   help="also look in this folder (an install made with `pip install --target DIR`)")
     p.add_argument("--no-live", action="store_true", help="skip the live GPU copy")
     return parser
 
@@ -145,7 +147,8 @@ def run(argv: list[str] | None = None) -> int:
             print(tree.lay_out(target, trees / target.name, wheel, args.force), flush=True)
         return 0
     if args.command == "doctor":
-        lines, ok = doctor.doctor(manifest, args.python, (args.dist or root / "dist").resolve(), not args.no_live)
+        lines, ok = doctor.doctor(manifest, args.python, (args.dist or root / "dist").resolve(), not args.no_live,
+                                  args.site)
         print("\n".join(lines))
         return 0 if ok else 1
     if args.command == "wheels":

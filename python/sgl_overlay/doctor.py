@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -57,9 +58,12 @@ class Finding:
     fix: str = ""
 
 
-def probe(python: str, live: bool) -> dict:
+def probe(python: str, live: bool, site: Path | None = None) -> dict:
     names = ["sglang", "sglang-kt", *KERNEL_DISTS, EXT_DIST] + (["--live"] if live else [])
-    proc = subprocess.run([python, "-c", _PROBE, *names], capture_output=True, text=True)
+    env = dict(os.environ)
+    if site is not None:  # an install made with `pip install --target DIR`
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH", "")]))
+    proc = subprocess.run([python, "-c", _PROBE, *names], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise OverlayError(f"could not inspect {python}: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -113,8 +117,10 @@ def check_kernel(data: dict, dist_dir: Path) -> list[Finding]:
     return findings
 
 
-def doctor(manifest: Manifest, python: str, dist_dir: Path, live: bool = True) -> tuple[list[str], bool]:
-    data = probe(python, live)
+def doctor(
+    manifest: Manifest, python: str, dist_dir: Path, live: bool = True, site: Path | None = None
+) -> tuple[list[str], bool]:
+    data = probe(python, live, site)
     lines = [f"environment: {data['python']}"]
     findings: list[Finding] = []
     for name in ("sglang", "sglang-kt"):

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Install the stock pinned wheels and the patched ones from dist/ side by side, each with
+# `pip install --no-deps --target build/installed/{stock,patched}-<target>`, for the tests that
+# run against installed code (tests/wheels, and the sglang / sglang-kt suites via
+# SGL_OVERLAY_{STOCK,PATCHED}_ROOT_<TARGET>; see docs/DESIGN.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+rm -rf build/installed
+for target in sglang sglang-kt; do
+  stem=${target//-/_}
+  stock=$(ls .cache/wheels/${stem}-*.whl | grep -v '+' | head -1)
+  patched=$(ls dist/${stem}-*+overlay.*.whl | head -1)
+  $PY -m pip install -q --disable-pip-version-check --no-deps --no-compile --target "build/installed/stock-$target" "$stock"
+  $PY -m pip install -q --disable-pip-version-check --no-deps --no-compile --target "build/installed/patched-$target" "$patched"
+  echo "installed $target: $(basename "$stock") and $(basename "$patched")"
+done
