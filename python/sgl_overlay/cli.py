@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sgl_overlay import __version__, doctor, fetch, operations, tree, wheels
+from sgl_overlay import __version__, doctor, export, fetch, matrix, operations, tree, wheels
 from sgl_overlay.checkout import Checkout, detect
 from sgl_overlay.errors import OverlayError, UsageError
 from sgl_overlay.manifest import Manifest, default_patches_dir, load_manifest
@@ -86,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
                                    "post-image blob ids.")
     _common(p, checkout=False)
 
+    p = sub.add_parser("export", help="(maintainers) write a laid-out tree's commits back as the patch series",
+                       description="Re-export the commits on top of `upstream` in build/trees/<target> with "
+                                   "`git format-patch --full-index` (full-file context for sgl-kernel) into "
+                                   "patches/<target>/. The file names must match the manifest's list.")
+    _common(p, checkout=False)
+
     p = sub.add_parser("wheels", help="build patched wheels (local version label) into a folder",
                        description="From the verified trees: unpack each pinned wheel, write the patched "
                                    "files, repack with `wheel pack --local-version` (RECORD regenerated, tags "
@@ -104,6 +110,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--site", type=Path, default=None,
                    help="also look in this folder (an install made with `pip install --target DIR`)")
     p.add_argument("--no-live", action="store_true", help="skip the live GPU copy")
+
+    p = sub.add_parser("matrix", help="which released versions each patch applies to, and whether its tests pass",
+                       description="For each target and each version of its range ([targets.<t>.matrix] versions "
+                                   "in the manifest, or --versions): download the version's wheel (cached, sha256 "
+                                   "recorded), lay it out under build/matrix/<target>-<version>, classify every "
+                                   "patch (exact / offsets / 3way / conflict / absent / upstream), apply the "
+                                   "applicable ones with `git am -3` and run each patch's own tests. Writes "
+                                   "compat-matrix.md and compat-matrix.json. Conflicts and failing tests are "
+                                   "results: only tool errors exit non-zero.")
+    _common(p, checkout=False)
+    p.add_argument("--versions", action="append", metavar="[T=]V1,V2",
+                   help="versions to cover instead of the manifest's; T=... per target, repeatable")
+    p.add_argument("--out", type=Path, default=None, help="output folder (default: <repo>/docs)")
+    p.add_argument("--no-tests", action="store_true", help="classify only; do not run the patches' tests")
+    p.add_argument("--offline", action="store_true", help="use only the wheel cache")
     return parser
 
 
@@ -163,6 +184,21 @@ def run(argv: list[str] | None = None) -> int:
             wheel = fetch.fetch_wheel(target, cache, offline=True)
             made = wheels.build_patched_wheel(target, wheel, trees / target.name, out_dir, manifest.local_version)
             print(f"built {made}", flush=True)
+        return 0
+    if args.command == "matrix":
+        opts = matrix.Options(root=root, cache=cache, build=trees.parent / "matrix",
+                              run_tests=not args.no_tests, offline=args.offline)
+        versions = matrix.parse_versions(args.versions, args.target)
+        runs = matrix.run_matrix(manifest, args.target, versions, opts)
+        for path in matrix.write_outputs(runs, (args.out or root / "docs").resolve(), list(manifest.targets)):
+            print(f"wrote {path}")
+        for problem in matrix.errors(runs):
+            print(f"error: {problem}", file=sys.stderr)
+        return 1 if matrix.errors(runs) else 0
+    if args.command == "export":
+        for target in manifest.select(args.target):
+            for line in export.export_series(target, trees / target.name):
+                print(line)
         return 0
     if args.command == "verify":
         problems = []

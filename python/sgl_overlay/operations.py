@@ -111,7 +111,7 @@ def apply(co: Checkout, strict: bool = False) -> list[str]:
     flags, env = _identity_args(co)
     with deferred_signals() as caught:
         proc = gitutil.git(
-            co.path, "am", "-3", "--quiet", *flags, *map(str, to_apply),
+            co.path, "am", "-3", "--quiet", "--keep-non-patch", *flags, *map(str, to_apply),
             check=False, env=env, new_session=True,
         )
         if proc.returncode != 0 or caught:

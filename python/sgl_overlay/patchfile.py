@@ -41,7 +41,7 @@ class Patch:
 def _subject(path: Path, raw: bytes) -> str:
     # git's own mail parser, so "Subject: [PATCH 1/2] ..." folding and prefixes are handled as git am does.
     proc = subprocess.run(
-        ["git", "mailinfo", "/dev/null", "/dev/null"], input=raw, capture_output=True
+        ["git", "mailinfo", "-b", "/dev/null", "/dev/null"], input=raw, capture_output=True
     )
     for line in proc.stdout.decode(errors="replace").splitlines():
         if line.startswith("Subject: "):

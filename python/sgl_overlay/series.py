@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -65,11 +66,17 @@ class ScratchIndex:
         self.env = {"GIT_INDEX_FILE": self.path}
         gitutil.git(repo, "read-tree", "HEAD", env=self.env)
 
+    def save(self) -> None:  # a failed `--3way` leaves unmerged entries: restore() drops them
+        shutil.copyfile(self.path, self.path + ".saved")
+
+    def restore(self) -> None:
+        shutil.copyfile(self.path + ".saved", self.path)
+
     def apply(self, patch: Path, *flags: str) -> subprocess.CompletedProcess:
         return gitutil.git(self.repo, "apply", "--cached", "-v", *flags, str(patch), check=False, env=self.env)
 
     def close(self) -> None:
-        for p in (self.path, self.path + ".lock"):
+        for p in (self.path, self.path + ".lock", self.path + ".saved"):
             if os.path.exists(p):
                 os.unlink(p)
 
@@ -90,6 +97,10 @@ def _offsets(proc: subprocess.CompletedProcess) -> str:
     return "; ".join(hunks)
 
 
+# States whose patch is in the scratch index (an absent file may come from one of them).
+_IN_SCRATCH = (State.APPLIED, State.APPLICABLE, State.APPLICABLE_3WAY)
+
+
 def series_status(repo: Path, target: Target) -> list[PatchStatus]:
     """Classify each patch in order, applying the applicable ones to a scratch index as it goes."""
     patches = [read_patch(p) for p in target.patch_paths()]
@@ -104,7 +115,7 @@ def series_status(repo: Path, target: Target) -> list[PatchStatus]:
             absent = [
                 c.path for c in patch.changes
                 if c.old_blob and gitutil.blob_at(repo, "HEAD", c.path) is None
-                and not any(c.path in r.patch.touched() for r in result)
+                and not any(c.path in r.patch.touched() for r in result if r.state in _IN_SCRATCH)
             ]
             if absent:
                 result.append(PatchStatus(patch, State.ABSENT, detail=absent[0]))
@@ -118,10 +129,12 @@ def series_status(repo: Path, target: Target) -> list[PatchStatus]:
             if reverse.returncode == 0:
                 result.append(PatchStatus(patch, State.UPSTREAM))
                 continue
+            scratch.save()
             three = scratch.apply(patch.path, "--3way")
             if three.returncode == 0:
                 result.append(PatchStatus(patch, State.APPLICABLE_3WAY))
                 continue
+            scratch.restore()
             result.append(PatchStatus(patch, State.CONFLICTING, detail=_first_error(exact)))
     finally:
         scratch.close()

@@ -1,0 +1,38 @@
+"""(Maintainers) write a laid-out tree's overlay commits back to patches/<target>/."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from sgl_overlay import gitutil
+from sgl_overlay.errors import OverlayError
+from sgl_overlay.manifest import Target
+from sgl_overlay.tree import BASE_TAG, is_ready
+
+FULL_CONTEXT = "-U100000"  # the whole file: the patch then carries its own pre-image
+
+
+def export_series(target: Target, tree: Path) -> list[str]:
+    if not is_ready(tree, target):
+        raise OverlayError(f"no tree for {target.name} at {tree}; run `sgl-overlay fetch` and `apply` first")
+    with tempfile.TemporaryDirectory() as tmp:
+        args = ["format-patch", "-q", "--full-index", "--no-signature", "-o", tmp]
+        if target.full_context:
+            args.append(FULL_CONTEXT)
+        gitutil.git(tree, *args, f"{BASE_TAG}..HEAD")
+        made = sorted(Path(tmp).glob("*.patch"))
+        names = [p.name for p in made]
+        if names != list(target.patches):
+            raise OverlayError(
+                f"the {target.name} tree's commits export as {names}, the manifest lists "
+                f"{list(target.patches)}; update `patches` in patches/manifest.toml"
+            )
+        target.patch_dir.mkdir(parents=True, exist_ok=True)
+        lines = []
+        for p in made:
+            dest = target.patch_dir / p.name
+            changed = not dest.exists() or dest.read_bytes() != p.read_bytes()
+            dest.write_bytes(p.read_bytes())
+            lines.append(f"{'wrote' if changed else 'unchanged'} {dest}")
+    return lines

@@ -1,0 +1,742 @@
+"""Compatibility matrix: on which released upstream versions each patch applies, and works.
+
+For each target and each version of its range (`[targets.<t>.matrix] versions` in the
+manifest, or `--versions`), the version's wheel is downloaded with pip into the wheel
+cache (its sha256 is *recorded*, not pinned: only the pinned version's is checked) and
+laid out exactly like the pinned tree (`tree.lay_out` with a copy of the target for that
+version) under `build/matrix/<target>-<version>/`. The series (with the per-version
+variants of `[[targets.<t>.variants]]` substituted) is then classified there by
+`series.series_status` and refined into one outcome per patch x version:
+
+- ``exact``: applies, and every pre-existing file it touches is byte-identical to the pin;
+- ``offsets``: applies cleanly, but some touched file differs from the pin (hunks may move);
+- ``3way``: applies only through a 3-way merge against the pinned pre-image;
+- ``conflict``: does not apply, not even 3-way (the failing hunk is named);
+- ``absent``: a file the patch modifies does not exist in that version;
+- ``upstream``: the change is already there (the patch reverse-applies).
+
+3-way needs the blobs named by the patch's `index` lines, which a tree laid out from
+another version's wheel does not hold. Before classifying, the pinned pre-image blobs
+(read from the pinned version's own matrix tree) are written into each version tree's
+object store with `git hash-object -w`, and the series is replayed onto them in a
+throw-away index, which also stores every intermediate blob a later patch's `index` line
+names. Only objects are added: no commit, ref or file of that tree changes. This is what
+`git am -3` would find in a real clone of upstream's history, so "3way" here means what it
+means for a user of a checkout.
+
+Every version where some patch applies then gets the applicable patches committed with
+`git am -3`, and each applied patch's own tests (the test files it adds or changes under
+test/ or tests/) run with the target's venv and PYTHONPATH=<tree>/python. Outcomes go to
+`compat-matrix.md` and `compat-matrix.json`. Conflicts and failing tests are results, not
+errors; only a failure of the tool itself (a download, a layout) makes the run fail.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from sgl_overlay import fetch, gitutil, tree
+from sgl_overlay.errors import OverlayError, UsageError
+from sgl_overlay.manifest import Manifest, Target
+from sgl_overlay.patchfile import Patch, read_patch
+from sgl_overlay.series import State, series_status
+
+SCHEMA = 1
+SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout this package sits in (its venvs)
+TEST_TIMEOUT_S = 900
+
+# Outcome classes, in the order the legend lists them.
+EXACT, OFFSETS, THREE_WAY, CONFLICT, ABSENT, UPSTREAM = "exact", "offsets", "3way", "conflict", "absent", "upstream"
+APPLIES = (EXACT, OFFSETS, THREE_WAY)
+LEGEND = {
+    EXACT: "applies exactly: every file it modifies is byte-identical to the pinned pre-image (same blob id)",
+    OFFSETS: "applies cleanly with `git apply`, but a file it modifies differs from the pin "
+             "(hunks may sit at other lines)",
+    THREE_WAY: "applies only through a 3-way merge (`git am -3`) against the pinned pre-image",
+    CONFLICT: "does not apply, not even 3-way; the failing hunk is named",
+    ABSENT: "a file the patch modifies does not exist in that version (the feature is not there)",
+    UPSTREAM: "the fix is already present upstream (the patch reverse-applies cleanly)",
+}
+_STATE_CLASS = {
+    State.APPLICABLE_3WAY: THREE_WAY,
+    State.CONFLICTING: CONFLICT,
+    State.ABSENT: ABSENT,
+    State.UPSTREAM: UPSTREAM,
+}
+_TEST_FILE = re.compile(r"(^|/)tests?/(.+/)?(test_[^/]*|[^/]*_test)\.py$")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A port of one series patch for the versions where the original conflicts."""
+
+    patch: str  # the series patch it stands in for (name in `patches`)
+    file: str  # the variant's patch file, relative to patches/<target>/
+    versions: tuple[str, ...]
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class MatrixSpec:
+    versions: tuple[str, ...]
+    variants: tuple[Variant, ...] = ()
+    venv: str = ""  # interpreter folder for the patches' tests, relative to the repo root
+    run_tests: bool = True
+    no_tests_reason: str = ""
+
+
+@dataclass
+class TestResult:
+    result: str  # pass / fail / skip / error / no tests / not run
+    reason: str = ""
+    files: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Cell:
+    outcome: str
+    detail: str = ""
+    patch_file: str = ""
+    variant: bool = False
+    tests: TestResult | None = None
+
+
+@dataclass
+class VersionRun:
+    version: str
+    wheel: str = ""
+    sha256: str = ""
+    tree: str = ""
+    error: str = ""
+    cells: dict[str, Cell] = field(default_factory=dict)
+
+
+@dataclass
+class TargetRun:
+    target: str
+    pinned: str
+    source: str
+    note: str = ""
+    patches: list[str] = field(default_factory=list)
+    variants: list[dict] = field(default_factory=list)
+    versions: list[VersionRun] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def _raw_targets(manifest: Manifest) -> dict:
+    return tomllib.loads(manifest.path.read_text()).get("targets", {})
+
+
+def load_spec(manifest: Manifest, target: Target) -> MatrixSpec:
+    """`[targets.<t>.matrix]` and `[[targets.<t>.variants]]` of the manifest (both optional)."""
+    raw = _raw_targets(manifest).get(target.name, {})
+    table = raw.get("matrix", {})
+    variants = []
+    for i, v in enumerate(raw.get("variants", [])):
+        try:
+            variant = Variant(patch=v["patch"], file=v["file"], versions=tuple(map(str, v["versions"])),
+                              reason=v.get("reason", ""))
+        except KeyError as exc:
+            raise OverlayError(f"{manifest.path}: variant #{i + 1} of {target.name} lacks key {exc} "
+                               "(needs patch, file, versions)") from None
+        if variant.patch not in target.patches:
+            raise OverlayError(f"{manifest.path}: variant {variant.file} of {target.name} stands in for "
+                               f"{variant.patch}, which is not in its patches list")
+        variants.append(variant)
+    versions = tuple(map(str, table.get("versions", [target.version if target.kind == "wheel" else target.commit])))
+    return MatrixSpec(versions=versions, variants=tuple(variants), venv=table.get("venv", ""),
+                      run_tests=table.get("tests", True), no_tests_reason=table.get("no_tests_reason", ""))
+
+
+def variant_for(spec: MatrixSpec, patch: str, version: str) -> Variant | None:
+    found = [v for v in spec.variants if v.patch == patch and version in v.versions]
+    if len(found) > 1:
+        raise OverlayError(f"{patch}: several variants claim version {version}: {[v.file for v in found]}")
+    return found[0] if found else None
+
+
+def _version_key(v: str):
+    try:
+        return (0, Version(v))
+    except InvalidVersion:
+        return (1, v)
+
+
+# ----------------------------------------------------------------------------- wheels
+
+
+def _dist_name(target: Target) -> str:
+    name = target.requirement.split("==")[0].strip() or target.project_name or target.name
+    return canonicalize_name(name)
+
+
+def _cached_wheel(cache: Path, dist: str, version: str) -> Path | None:
+    if not cache.is_dir():
+        return None
+    found = []
+    for p in cache.glob("*.whl"):
+        try:
+            name, ver, _, _ = parse_wheel_filename(p.name)
+        except Exception:  # noqa: BLE001 - foreign files in the cache are ignored
+            continue
+        if name == dist and ver == Version(version):
+            found.append(p)
+    if len(found) > 1:
+        raise OverlayError(f"several wheels of {dist} {version} in {cache}: {[p.name for p in found]}; "
+                           "keep one")
+    return found[0] if found else None
+
+
+def fetch_version_wheel(target: Target, version: str, cache: Path, offline: bool) -> tuple[Path, str]:
+    """The wheel of `version` (cache first, else pip with the pinned wheel's tags) and its sha256."""
+    if target.kind == "wheel" and version == target.version:
+        path = fetch.fetch_wheel(target, cache, offline)  # the pin: sha256 checked against the manifest
+        return path, target.sha256
+    dist = _dist_name(target)
+    path = _cached_wheel(cache, dist, version)
+    if path is None:
+        if offline:
+            raise OverlayError(f"no wheel of {dist} {version} in {cache} and --offline was given")
+        cache.mkdir(parents=True, exist_ok=True)
+        requirement = f"{dist}=={version}"
+        print(f"matrix {target.name}: downloading {requirement}", flush=True)
+        with tempfile.TemporaryDirectory(dir=cache) as tmp:
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+                   "--progress-bar", "off", "-d", tmp, *fetch._pip_tag_args(target.wheel), requirement]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            got = list(Path(tmp).glob("*.whl"))
+            if proc.returncode != 0 or len(got) != 1:
+                last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+                raise OverlayError(f"pip could not download {requirement}: {last[0]}")
+            path = cache / got[0].name
+            shutil.move(str(got[0]), path)
+    return path, fetch.sha256_of(path)
+
+
+# ----------------------------------------------------------------------------- trees
+
+
+def _version_target(target: Target, version: str, wheel: Path | None, sha: str, patches: tuple[str, ...]) -> Target:
+    if target.kind != "wheel":
+        return dataclasses.replace(target, patches=patches)
+    return dataclasses.replace(
+        target, version=version, requirement=f"{_dist_name(target)}=={version}", wheel=wheel.name if wheel else "",
+        sha256=sha, patches=patches,
+        # Pre-images of another version are what they are: layout must not insist on the pin.
+        preimages={} if version != target.version else target.preimages,
+    )
+
+
+def prepare_tree(vt: Target, dest: Path, wheel: Path | None, sha: str) -> str:
+    """A laid-out tree at its `upstream` commit, clean: reused when the same wheel made it."""
+    if tree.is_ready(dest, vt) and gitutil.config_get(dest, "sgl-overlay.matrix-sha256") == (sha or "none"):
+        if gitutil.operation_in_progress(dest):
+            gitutil.git(dest, "am", "--abort", check=False)
+        gitutil.git(dest, "reset", "-q", "--hard", tree.BASE_TAG)
+        gitutil.git(dest, "clean", "-qfdx")
+        return f"{dest} reused"
+    line = tree.lay_out(vt, dest, wheel, force=True)
+    gitutil.git(dest, "config", "sgl-overlay.matrix-sha256", sha or "none")
+    return line
+
+
+def _cat_blob(repo: Path, rev_path: str) -> bytes | None:
+    proc = gitutil.git(repo, "cat-file", "blob", rev_path, check=False, input=b"")
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def seed_pinned_objects(dest: Path, pinned_tree: Path, patches: list[Patch]) -> int:
+    """Write the pinned pre-images and the series' intermediate blobs into `dest`'s object store.
+
+    Lets `git apply --3way` / `git am -3` find the base each `index` line names. Nothing but
+    loose objects is added to `dest` (no ref, commit or work-tree file changes).
+    """
+    paths = sorted({c.path for p in patches for c in p.changes if c.old_blob})
+    fd, index = tempfile.mkstemp(prefix="sgl-overlay-matrix-index-")
+    os.close(fd)
+    os.unlink(index)
+    env = {"GIT_INDEX_FILE": index}
+    seeded = 0
+    try:
+        gitutil.git(dest, "read-tree", "--empty", env=env)
+        for path in paths:
+            data = _cat_blob(pinned_tree, f"{tree.BASE_TAG}:{path}")
+            if data is None:
+                continue
+            blob = gitutil.git(dest, "hash-object", "-w", "--stdin", input=data).stdout.decode().strip()
+            gitutil.git(dest, "update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", env=env)
+            seeded += 1
+        for p in patches:  # writes each post-image blob, i.e. the next patch's pre-image
+            gitutil.git(dest, "apply", "--cached", str(p.path), check=False, env=env)
+    finally:
+        for f in (index, index + ".lock"):
+            if os.path.exists(f):
+                os.unlink(f)
+    return seeded
+
+
+# ----------------------------------------------------------------------------- classification
+
+
+def _hunk_of(patch: Patch, detail: str) -> str:
+    """'patch failed: path:LINE' -> which hunk of that file, with its header."""
+    m = re.search(r"patch failed: (.+):(\d+)", detail)
+    if not m:
+        return detail
+    path, line = m.group(1), int(m.group(2))
+    for pf in patch.patchset:
+        if pf.path != path:
+            continue
+        for i, h in enumerate(pf):
+            if h.source_start == line:
+                header = f" {h.section_header.strip()}" if h.section_header.strip() else ""
+                return (f"{path}: hunk {i + 1}/{len(pf)}, @@ -{h.source_start},{h.source_length} "
+                        f"+{h.target_start},{h.target_length} @@{header}")
+    return f"{path}: hunk at pinned line {line}"
+
+
+def _is_exact(patch: Patch, vtree: Path, pinned_tree: Path) -> tuple[bool, list[str]]:
+    """Every file the patch modifies is, in this version, the pinned blob or the patch's own
+    `index` pre-image (a variant authored on that version's file)."""
+    differ = []
+    for c in patch.changes:
+        if not c.old_blob:
+            continue
+        here = gitutil.blob_at(vtree, tree.BASE_TAG, c.path)
+        pin = gitutil.blob_at(pinned_tree, tree.BASE_TAG, c.path)
+        if here is None or not (here == pin or here.startswith(c.old_blob)):
+            differ.append(c.path)
+    return not differ, differ
+
+
+def _modified_reverse_apply(vtree: Path, patch: Patch) -> list[str]:
+    """The files the patch modifies, when all of them reverse-apply in the clean tree; else [].
+
+    `series_status` reverse-applies the whole patch, which never succeeds for a patch that
+    also adds test files upstream lacks; a fix that landed upstream then looks like a clean
+    3-way merge (both sides made the same change). Here only the modified files count.
+    """
+    modified = [c.path for c in patch.changes if c.old_blob and c.new_blob]
+    if not modified:
+        return []
+    includes = [f"--include={p}" for p in modified]
+    proc = gitutil.git(vtree, "apply", "--check", "-R", *includes, str(patch.path), check=False)
+    return modified if proc.returncode == 0 else []
+
+
+def classify(vtree: Path, vt: Target, pinned_tree: Path) -> list[tuple[Patch, Cell]]:
+    rows = []
+    for st in series_status(vtree, vt):
+        if st.state in (State.APPLICABLE_3WAY, State.CONFLICTING):
+            present = _modified_reverse_apply(vtree, st.patch)
+            if present:
+                added = [c.path for c in st.patch.changes if not c.old_blob]
+                note = f"; the files it adds ({', '.join(added)}) are not upstream" if added else ""
+                rows.append((st.patch, Cell(UPSTREAM, f"{', '.join(present)} already carry the change "
+                                                      f"(reverse-applies cleanly){note}")))
+                continue
+        if st.state in (State.APPLICABLE, State.APPLIED):
+            exact, differ = _is_exact(st.patch, vtree, pinned_tree)
+            if exact:
+                cell = Cell(EXACT, "pre-image blob ids equal the pin")
+            else:
+                offs = st.detail.replace(".; ", "; ").rstrip(".") or "no line offsets"
+                cell = Cell(OFFSETS, f"{', '.join(differ)} differ from the pin; {offs}")
+        elif st.state == State.CONFLICTING:
+            cell = Cell(CONFLICT, f"{_hunk_of(st.patch, st.detail)} (fails exact and 3-way)")
+        elif st.state == State.ABSENT:
+            cell = Cell(ABSENT, f"missing {st.detail}")
+        elif st.state == State.UPSTREAM:
+            cell = Cell(UPSTREAM, "reverse-applies cleanly: upstream already has this change")
+        else:
+            cell = Cell(_STATE_CLASS[st.state], st.detail)
+        rows.append((st.patch, cell))
+    return rows
+
+
+# ----------------------------------------------------------------------------- apply + tests
+
+
+def apply_and_commit(vtree: Path, patch: Patch, cell: Cell) -> str:
+    """`git am -3` one patch; '' on success, else a one-line reason (tree rolled back)."""
+    if cell.outcome == THREE_WAY:
+        exact = gitutil.git(vtree, "apply", "--check", str(patch.path), check=False)
+        errs = [l for l in exact.stderr.splitlines() if "patch failed" in l]
+        if errs:
+            cell.detail = f"exact apply fails at {_hunk_of(patch, errs[0])}; 3-way merge is clean"
+    env = {k: v for k, v in gitutil.TOOL_IDENTITY.items() if k.startswith("GIT_COMMITTER")}
+    orig = gitutil.head(vtree)
+    proc = gitutil.git(vtree, "am", "-3", "--quiet", "--committer-date-is-author-date", str(patch.path),
+                       check=False, env=env)
+    if proc.returncode == 0:
+        return ""
+    gitutil.git(vtree, "am", "--abort", check=False)
+    gitutil.git(vtree, "reset", "-q", "--hard", orig, check=False)
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    fallback = lines[-1] if lines else "git am failed"
+    return next((l for l in lines if "conflict" in l.lower() or l.startswith("error")), fallback)
+
+
+def patch_test_files(patch: Patch) -> list[str]:
+    return [c.path for c in patch.changes if c.new_blob and _TEST_FILE.search(c.path)]
+
+
+def _pytest_reason(out: str) -> str:
+    lines = [l.strip() for l in out.splitlines() if l.strip()]
+    words = re.compile(r"\b(passed|failed|error|errors|skipped|no tests ran)\b")
+    summary = next((l for l in reversed(lines) if words.search(l)), "")
+    summary = re.sub(r"\s+in [0-9.]+s.*$", "", summary.strip("= ")).strip("= ")
+    first = next((l for l in lines if l.startswith(("FAILED ", "ERROR "))), "")
+    errs = [l[1:].strip() for l in lines if l.startswith("E ") and l[1:].strip()]
+    error = errs[0] if errs else ""
+    if error.endswith(":") and len(errs) > 1:  # the message continues on the next line
+        error = f"{error} {errs[1]}"
+    if error and " - " not in first:
+        first = f"{first} - {error}" if first else error
+    reason = summary
+    if first:
+        reason = f"{summary}; {first}" if summary else first
+    return reason[:300]
+
+
+def run_patch_tests(python: Path, vtree: Path, files: list[str], timeout: int = TEST_TIMEOUT_S) -> TestResult:
+    if not files:
+        return TestResult("no tests", "the patch adds or changes no test file")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(vtree / "python")
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *files]
+    try:
+        proc = subprocess.run(cmd, cwd=vtree, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return TestResult("error", f"timed out after {timeout} s", files)
+    out = proc.stdout + proc.stderr
+    reason = _pytest_reason(out)
+    if proc.returncode == 0:
+        only_skipped = "passed" not in reason and "skipped" in reason
+        return TestResult("skip" if only_skipped else "pass", reason, files)
+    if proc.returncode == 1:
+        return TestResult("fail", reason, files)
+    if proc.returncode == 5:
+        return TestResult("no tests", reason or "pytest collected nothing", files)
+    return TestResult("error", f"pytest exit {proc.returncode}: {reason}", files)
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+@dataclass
+class Options:
+    root: Path  # repository root (venvs are relative to it)
+    cache: Path
+    build: Path  # build/matrix
+    run_tests: bool = True
+    offline: bool = False
+    python: dict[str, Path] = field(default_factory=dict)  # target -> interpreter, overrides the spec
+
+
+def _python_for(target: Target, spec: MatrixSpec, opts: Options) -> Path:
+    if target.name in opts.python:
+        return opts.python[target.name]
+    venv = spec.venv or f".venvs/{target.name}"
+    candidates = [opts.root / venv / "bin" / "python", SOURCE_ROOT / venv / "bin" / "python"]
+    return next((p for p in candidates if p.exists()), candidates[0])
+
+
+def _series_for(target: Target, spec: MatrixSpec, version: str) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The patch files to use at `version` and, for each, the series name it stands for."""
+    files, stands_for = [], {}
+    for name in target.patches:
+        v = variant_for(spec, name, version)
+        f = v.file if v else name
+        files.append(f)
+        stands_for[f] = name
+    return tuple(files), stands_for
+
+
+def run_target(target: Target, spec: MatrixSpec, opts: Options, log=print) -> TargetRun:
+    wheel_kind = target.kind == "wheel"
+    run = TargetRun(
+        target=target.name,
+        pinned=target.version if wheel_kind else target.commit,
+        source="registry" if wheel_kind else "pinned commit only",
+        patches=list(target.patches),
+        variants=[dataclasses.asdict(v) for v in spec.variants],
+    )
+    if not wheel_kind:
+        run.note = (f"{target.name} has no registry source (no wheel or sdist of this tree is published): "
+                    f"its row covers the pinned commit {target.commit[:12]} only, rebuilt from the "
+                    "full-context patches.")
+    if not target.patches:
+        run.note = (run.note + " " if run.note else "") + (
+            f"No patches are listed for {target.name} in patches/manifest.toml at the time of this run; "
+            "the versions were fetched and laid out, nothing was classified.")
+    versions = sorted(dict.fromkeys(spec.versions), key=_version_key) if wheel_kind else [run.pinned[:12]]
+    python = _python_for(target, spec, opts)
+
+    # The pinned tree first: its blobs seed every other version's 3-way merges.
+    def tree_for(version: str) -> tuple[Path, Target, VersionRun, dict[str, str]]:
+        vr = VersionRun(version=version)
+        files, stands_for = _series_for(target, spec, version)
+        if wheel_kind:
+            wheel, sha = fetch_version_wheel(target, version, opts.cache, opts.offline)
+            vr.wheel, vr.sha256 = wheel.name, sha
+        else:
+            wheel, sha = None, ""
+        vt = _version_target(target, version, wheel, sha, files)
+        dest = opts.build / f"{target.name}-{version}"
+        t0 = time.monotonic()
+        line = prepare_tree(vt, dest, wheel, sha)
+        log(f"matrix {target.name} {version}: {line} ({time.monotonic() - t0:.1f} s)")
+        vr.tree = str(dest)
+        return dest, vt, vr, stands_for
+
+    pinned_version = target.version if wheel_kind else run.pinned[:12]
+    try:
+        pinned_tree, *_ = tree_for(pinned_version)
+    except OverlayError as exc:  # nothing can be compared without the pin
+        run.versions = [VersionRun(version=v, error=f"pinned tree: {exc}") for v in versions]
+        log(f"matrix {target.name}: error: {exc}")
+        return run
+    for version in versions:
+        try:
+            vtree, vt, vr, stands_for = tree_for(version)
+        except OverlayError as exc:  # recorded; the run goes on and fails at the end
+            run.versions.append(VersionRun(version=version, error=str(exc)))
+            log(f"matrix {target.name} {version}: error: {exc}")
+            continue
+        run.versions.append(vr)
+        if not target.patches:
+            continue
+        patches = [read_patch(p) for p in vt.patch_paths()]
+        seed_pinned_objects(vtree, pinned_tree, patches)
+        rows = classify(vtree, vt, pinned_tree)
+        applied: list[tuple[Patch, Cell]] = []
+        for patch, cell in rows:
+            rel = str(patch.path.relative_to(target.patch_dir))
+            cell.patch_file, cell.variant = rel, rel != stands_for[rel]
+            if cell.variant and cell.outcome == EXACT:
+                cell.detail = "the variant's pre-image blob ids are this version's files"
+            vr.cells[stands_for[rel]] = cell
+            if cell.outcome in APPLIES:
+                why = apply_and_commit(vtree, patch, cell)
+                if why:
+                    cell.tests = TestResult("not run", f"git am -3 failed: {why}")
+                else:
+                    applied.append((patch, cell))
+            else:
+                cell.tests = TestResult("n/a", "")
+        # A fix already upstream: its tests still say whether upstream's version of it works.
+        # Only the patch's new test files are written (work tree, no commit).
+        for patch, cell in rows:
+            if cell.outcome == UPSTREAM and patch_test_files(patch):
+                new = [f"--include={f}" for f in patch_test_files(patch)
+                       if gitutil.blob_at(vtree, "HEAD", f) is None]
+                if new and gitutil.git(vtree, "apply", *new, str(patch.path), check=False).returncode == 0:
+                    applied.append((patch, cell))
+        for patch, cell in applied:
+            files = patch_test_files(patch)
+            if not (opts.run_tests and spec.run_tests):
+                why = spec.no_tests_reason or "--no-tests"
+                cell.tests = TestResult("not run", why, files)
+            elif files and not python.exists():
+                cell.tests = TestResult("not run", f"no venv: {python} is missing (scripts/setup_venvs.sh)", files)
+            else:
+                t0 = time.monotonic()
+                cell.tests = run_patch_tests(python, vtree, files)
+                log(f"matrix {target.name} {version}: {patch.label} tests {cell.tests.result} "
+                    f"({time.monotonic() - t0:.1f} s)")
+        log(f"matrix {target.name} {version}: " + ", ".join(f"{k}={c.outcome}" for k, c in vr.cells.items()))
+    return run
+
+
+def run_matrix(manifest: Manifest, names: list[str] | None, versions: dict[str, list[str]],
+               opts: Options, log=print) -> list[TargetRun]:
+    selected = manifest.select(names)
+    unknown = sorted(set(versions) - {t.name for t in selected})
+    if unknown:
+        raise UsageError(f"--versions names {unknown[0]!r}, which is not among the selected targets "
+                         f"({', '.join(t.name for t in selected)})")
+    runs = []
+    t0 = time.monotonic()
+    for target in selected:
+        spec = load_spec(manifest, target)
+        if target.name in versions:
+            spec = dataclasses.replace(spec, versions=tuple(versions[target.name]))
+        runs.append(run_target(target, spec, opts, log))
+    cells = sum(len(v.cells) for r in runs for v in r.versions)
+    log(f"matrix: {len(runs)} target(s), {sum(len(r.versions) for r in runs)} version(s), {cells} cell(s) "
+        f"in {time.monotonic() - t0:.0f} s")
+    return runs
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def _cell_json(c: Cell) -> dict:
+    d = {"outcome": c.outcome, "detail": c.detail, "patch_file": c.patch_file, "variant": c.variant}
+    if c.tests is not None:
+        d["tests"] = dataclasses.asdict(c.tests)
+    return d
+
+
+def to_json(runs: list[TargetRun]) -> dict:
+    return {
+        "schema": SCHEMA,
+        "generated_by": "sgl-overlay matrix",
+        "outcomes": LEGEND,
+        "targets": {
+            r.target: {
+                "pinned": r.pinned,
+                "source": r.source,
+                "note": r.note,
+                "patches": r.patches,
+                "variants": r.variants,
+                "versions": [
+                    {
+                        "version": v.version,
+                        "wheel": v.wheel,
+                        "sha256": v.sha256,
+                        **({"error": v.error} if v.error else {}),
+                        "cells": {p: _cell_json(c) for p, c in v.cells.items()},
+                    }
+                    for v in r.versions
+                ],
+            }
+            for r in runs
+        },
+    }
+
+
+_SHORT = {EXACT: "exact", OFFSETS: "offsets", THREE_WAY: "3-way", CONFLICT: "**conflict**", ABSENT: "absent",
+          UPSTREAM: "upstream"}
+_TEST_MARK = {"pass": "tests pass", "fail": "**tests FAIL**", "skip": "tests skipped", "error": "**tests error**",
+              "no tests": "no tests", "not run": "tests not run"}
+
+
+def _short(c: dict | None) -> str:
+    if c is None:
+        return "–"
+    text = _SHORT[c["outcome"]] + (" (variant)" if c.get("variant") else "")
+    result = c.get("tests", {}).get("result", "n/a")
+    return text + (f" · {_TEST_MARK[result]}" if result in _TEST_MARK else "")
+
+
+def _md_escape(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+HEADER = """# Compatibility matrix
+
+Which released upstream versions each patch of the overlay applies to, and whether the
+patch's own tests pass there. Generated by `sgl-overlay matrix` (`make matrix`); do not edit
+by hand. Machine-readable twin: [compat-matrix.json](compat-matrix.json).
+
+Each version's wheel is downloaded from the registry with pip (sha256 recorded below, not
+pinned; the pinned version's is checked against patches/manifest.toml), laid out like the
+pinned tree (`python/sglang/...`, one `upstream` commit, under `build/matrix/`), the series
+applied with `git am -3` (per-version variants from `[[targets.<t>.variants]]` where listed),
+and each applied patch's own test files run with the target's venv and
+`PYTHONPATH=<tree>/python`. For 3-way merges the pinned pre-image blobs (and the series'
+intermediate blobs) are added to each version's object store with `git hash-object -w`, as a
+checkout of upstream's history would hold them.
+"""
+
+
+def to_markdown(data: dict) -> str:
+    out = [HEADER, "| outcome | meaning |", "|---|---|", *[f"| {k} | {v} |" for k, v in LEGEND.items()], "",
+           "Tests: `pass` / `FAIL` / `skipped` / `error` (pytest could not run them) / `no tests` (the patch "
+           "carries none) / `not run` (reason in the details). A cell without a test mark did not apply, so "
+           "there was nothing to test; for `upstream` cells the patch's new test files run against upstream's "
+           "own copy of the fix.", ""]
+    for name, t in data["targets"].items():
+        out += [f"## {name} (pinned {t['pinned']}; source: {t['source']})", ""]
+        if t.get("note"):
+            out += [t["note"], ""]
+        versions = t["versions"]
+        if t["patches"]:
+            out += ["| patch | " + " | ".join(v["version"] for v in versions) + " |", "|---|" + "---|" * len(versions)]
+            for p in t["patches"]:
+                out.append(f"| `{p}` | " + " | ".join(_short(v["cells"].get(p)) for v in versions) + " |")
+            out += ["", "<details><summary>Details per patch and version</summary>", ""]
+            for p in t["patches"]:
+                for v in versions:
+                    c = v["cells"].get(p)
+                    if c is None:
+                        continue
+                    line = f"- `{p}` @ {v['version']}: **{c['outcome']}**"
+                    if c.get("variant"):
+                        line += f" via variant `{c['patch_file']}`"
+                    line += f" — {_md_escape(c['detail'])}"
+                    tests = c.get("tests", {})
+                    if tests.get("result", "n/a") != "n/a":
+                        line += f"; tests: **{tests['result']}**"
+                        if tests.get("reason"):
+                            line += f" ({_md_escape(tests['reason'])})"
+                        if tests.get("files"):
+                            line += " [" + ", ".join(f"`{f}`" for f in tests["files"]) + "]"
+                    out.append(line)
+            out += ["", "</details>", ""]
+        if t.get("variants"):
+            out += ["Variants (per-version ports of a patch, `[[targets.<t>.variants]]`):", ""]
+            out += [f"- `{v['file']}` stands in for `{v['patch']}` on {', '.join(v['versions'])}"
+                    + (f": {_md_escape(v['reason'])}" if v.get("reason") else "") for v in t["variants"]]
+            out.append("")
+        if t["source"] == "registry":
+            out += ["| version | wheel | sha256 |", "|---|---|---|"]
+            for v in versions:
+                out.append(f"| {v['version']} | error: {_md_escape(v['error'])} | |" if v.get("error")
+                           else f"| {v['version']} | `{v['wheel']}` | `{v['sha256']}` |")
+            out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def errors(runs: list[TargetRun]) -> list[str]:
+    return [f"{r.target} {v.version}: {v.error}" for r in runs for v in r.versions if v.error]
+
+
+def write_outputs(runs: list[TargetRun], out_dir: Path, order: list[str] | None = None) -> tuple[Path, Path]:
+    """Write both files; targets not run this time keep their rows from the existing JSON."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md, js = out_dir / "compat-matrix.md", out_dir / "compat-matrix.json"
+    data = to_json(runs)
+    try:
+        old = json.loads(js.read_text())
+    except (OSError, ValueError):
+        old = {}
+    if old.get("schema") == SCHEMA:
+        merged = {**old.get("targets", {}), **data["targets"]}
+        keep = order or list(merged)
+        data["targets"] = {k: merged[k] for k in sorted(merged, key=lambda k: keep.index(k) if k in keep else 99)}
+    js.write_text(json.dumps(data, indent=2) + "\n")
+    md.write_text(to_markdown(data))
+    return md, js
+
+
+def parse_versions(values: list[str] | None, names: list[str] | None) -> dict[str, list[str]]:
+    """`--versions T=V1,V2` (repeatable), or `--versions V1,V2` with exactly one `--target`."""
+    result: dict[str, list[str]] = {}
+    for value in values or []:
+        name, sep, rest = value.partition("=")
+        if not sep:
+            if not names or len(names) != 1:
+                raise UsageError(f"--versions {value}: name the target (T=V1,V2) or pass exactly one --target")
+            name, rest = names[0], value
+        result.setdefault(name, []).extend(v.strip() for v in rest.split(",") if v.strip())
+    return result

@@ -1,0 +1,86 @@
+"""Probe: call the real ``KimiK3MoE._forward_mega_experts`` with a given row count.
+
+argv: rows cap. The module is sglang's own class, made with ``__new__`` and given
+only the attributes that method reads; the EP width and group are stated through
+sglang's ``get_parallel().override``. Stubbed, because they are native kernels that
+cannot run on a CPU: the ``deep_gemm`` module (symmetric buffer, fused MegaMoE
+kernel) and ``sglang.kernels.ops.moe.dsv4.mega_moe_pre_dispatch`` (a JIT CUDA
+kernel). Prints {"error_type", "error", "kernel_rows", "out_rows", "asserts"}:
+"kernel_rows" is the row count the fused kernel was launched with (null if it was
+not reached).
+"""
+
+import json
+import sys
+import warnings
+from types import ModuleType, SimpleNamespace
+from unittest.mock import MagicMock
+
+warnings.filterwarnings("ignore")
+
+import torch  # noqa: E402
+from sglang.kernels.ops.moe import dsv4  # noqa: E402
+from sglang.srt.environ import envs  # noqa: E402
+from sglang.srt.models.kimi_k3 import KimiK3MoE  # noqa: E402
+from sglang.srt.runtime_context import get_parallel  # noqa: E402
+
+HIDDEN = 8
+TOP_K = 2
+
+
+def main():
+    rows, cap = int(sys.argv[1]), int(sys.argv[2])
+    deep_gemm = ModuleType("deep_gemm")
+    deep_gemm.get_num_sms = MagicMock(return_value=132)
+    deep_gemm.get_symm_buffer_for_mega_moe = MagicMock(
+        return_value=SimpleNamespace(
+            x=None, x_sf=None, topk_idx=None, topk_weights=None
+        )
+    )
+    launched = {}
+
+    def fused_kernel(y, *args, **kwargs):
+        launched["rows"] = y.shape[0]
+
+    deep_gemm.fp8_fp4_mega_moe = fused_kernel
+    sys.modules["deep_gemm"] = deep_gemm
+    dsv4.mega_moe_pre_dispatch = MagicMock()
+
+    moe = KimiK3MoE.__new__(KimiK3MoE)
+    torch.nn.Module.__init__(moe)
+    moe.experts = SimpleNamespace(
+        num_experts=16,
+        mega_l1_weights=object(),
+        mega_l2_weights=object(),
+        should_fuse_routed_scaling_factor_in_topk=True,
+        _mega_moe_nvfp4=False,
+        _mega_moe_w4a4=False,
+    )
+    moe._mega_top_k = TOP_K
+    moe._mega_intermediate_size = 32
+    moe.moe_hidden_size = HIDDEN
+    moe.routed_scaling_factor = 1.0
+    topk_output = SimpleNamespace(
+        topk_ids=torch.zeros((rows, TOP_K), dtype=torch.int64),
+        topk_weights=torch.zeros((rows, TOP_K)),
+    )
+    result = {"error_type": None, "error": None, "out_rows": None, "asserts": __debug__}
+    with get_parallel().override(
+        moe_ep_size=8, moe_ep_group=SimpleNamespace(device_group=object())
+    ):
+        envs.SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK.set(cap)
+        try:
+            out = moe._forward_mega_experts(
+                torch.zeros((rows, HIDDEN), dtype=torch.bfloat16), topk_output
+            )
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            result["error_type"] = type(exc).__name__
+            result["error"] = str(exc)
+        else:
+            result["out_rows"] = out.shape[0]
+    result["kernel_rows"] = launched.get("rows")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,368 @@
+"""Issue 5: Kimi K3 MegaMoE token cap (patches/sglang/0001, 0002).
+
+Runs sglang 0.5.23's real startup hook (``validate_mega_moe_token_budget_for_model``
+on real ``ServerArgs`` objects, after the real DP handlers) and the real
+``KimiK3MoE._forward_mega_experts`` in subprocess probes, once against the stock
+tree and once against the patched one.
+
+Stubs (native kernels that cannot run on a CPU), used by the runtime probe only:
+the ``deep_gemm`` module and ``sglang.kernels.ops.moe.dsv4.mega_moe_pre_dispatch``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from conftest import run_probe
+
+PROBES = Path(__file__).resolve().parent / "k3_cap_probes"
+STARTUP = PROBES / "startup.py"
+RUNTIME = PROBES / "runtime.py"
+
+K3 = "KimiK3ForConditionalGeneration"
+K3_LINEAR = "KimiK3LinearForCausalLM"
+CAP_ENV = "SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK"
+TP8 = {"tp_size": 8, "ep_size": 8, "chunked_prefill_size": 16384}
+DSPARK = {"speculative_algorithm": "DSPARK", "speculative_num_draft_tokens": 8}
+DECODE_FLAGS = "--cuda-graph-max-bs-decode / --max-running-requests"
+
+
+def case(name, cap, *, arch=K3, decode_max_bs=48, **args):
+    args = {**TP8, "max_running_requests": 48, **args}
+    return {
+        "name": name,
+        "arch": arch,
+        "cap": cap,
+        "args": args,
+        "decode_max_bs": decode_max_bs,
+    }
+
+
+# name -> (case, K3 rows per phase on the patched tree, expected outcome there:
+# None to accept, else (required rows, bound that sets it, flags that lower it)).
+TABLE = {
+    # Upstream B300 recipe: TP8/EP8, DSPARK (gamma 7 -> 8 draft tokens, 48 running
+    # requests, decode graph capped at 48), default 16384-token chunk: the chunk is
+    # reduce-scattered over attention TP 8 -> 2048 rows per rank.
+    "recipe": (
+        case("recipe", 8320, **DSPARK),
+        {"prefill": 2048, "decode": 48},
+        None,
+    ),
+    "recipe_linear_arch": (
+        case("recipe_linear_arch", 8320, arch=K3_LINEAR, **DSPARK),
+        {"prefill": 2048, "decode": 48},
+        None,
+    ),
+    "recipe_cap_at_bound": (
+        case("recipe_cap_at_bound", 2048, **DSPARK),
+        {"prefill": 2048, "decode": 48},
+        None,
+    ),
+    "recipe_cap_below_bound": (
+        case("recipe_cap_below_bound", 2047, **DSPARK),
+        {"prefill": 2048, "decode": 48},
+        (2048, "prefill", "--chunked-prefill-size."),
+    ),
+    # --disable-attn-tp-gather without DP attention: a batch whose rows do not
+    # divide by attention TP stays whole; the largest such batch <= 16384 is 16383.
+    "no_sp_split": (
+        case("no_sp_split", 8320, disable_attn_tp_gather=True),
+        {"prefill": 16383, "decode": 47},
+        (
+            16383,
+            "prefill",
+            "--chunked-prefill-size (or drop --disable-attn-tp-gather).",
+        ),
+    ),
+    "no_sp_split_odd_chunk_at_bound": (
+        case(
+            "no_sp_split_odd_chunk_at_bound",
+            8190,
+            disable_attn_tp_gather=True,
+            chunked_prefill_size=8190,
+        ),
+        {"prefill": 8190, "decode": 47},
+        None,
+    ),
+    "no_sp_split_odd_chunk_below": (
+        case(
+            "no_sp_split_odd_chunk_below",
+            8189,
+            disable_attn_tp_gather=True,
+            chunked_prefill_size=8190,
+        ),
+        {"prefill": 8190, "decode": 47},
+        (8190, "prefill", "--chunked-prefill-size (or drop"),
+    ),
+    # DP attention TP8/DP8: attention TP 1, every rank gets its DP rank's whole
+    # 2048-token chunk.
+    "dp_attention_cap_384": (
+        case("dp_attention_cap_384", 384, attn_dp_size=8),
+        {"prefill": 2048, "decode": 48},
+        (2048, "prefill", "--chunked-prefill-size."),
+    ),
+    "dp_attention_cap_at_bound": (
+        case("dp_attention_cap_at_bound", 2048, attn_dp_size=8),
+        {"prefill": 2048, "decode": 48},
+        None,
+    ),
+    # DP2 keeps attention TP 4: 8192 per DP rank, scattered -> 2048.
+    "dp2_attention": (
+        case("dp2_attention", 2047, attn_dp_size=2),
+        {"prefill": 2048, "decode": 12},
+        (2048, "prefill", "--chunked-prefill-size."),
+    ),
+    # Prefill CP 2: attention TP 8/2 = 4; a batch the CP strategy does not shard
+    # keeps the whole chunk on every CP rank -> 16384 / 4.
+    "prefill_cp": (
+        case("prefill_cp", 4095, attn_cp_size=2, enable_prefill_cp=True),
+        {"prefill": 4096, "decode": 12},
+        (4096, "prefill", "--chunked-prefill-size."),
+    ),
+    "prefill_cp_at_bound": (
+        case("prefill_cp_at_bound", 4096, attn_cp_size=2, enable_prefill_cp=True),
+        {"prefill": 4096, "decode": 12},
+        None,
+    ),
+    # PD: a prefill node checks only the prefill bound...
+    "pd_prefill_node": (
+        case(
+            "pd_prefill_node",
+            2048,
+            disaggregation_mode="prefill",
+            attn_dp_size=8,
+            max_running_requests=4096,
+            **DSPARK,
+        ),
+        {"prefill": 2048},
+        None,
+    ),
+    "pd_prefill_node_below": (
+        case(
+            "pd_prefill_node_below",
+            2047,
+            disaggregation_mode="prefill",
+            attn_dp_size=8,
+            max_running_requests=4096,
+            **DSPARK,
+        ),
+        {"prefill": 2048},
+        (2048, "prefill", "--chunked-prefill-size."),
+    ),
+    # ...a decode node only the decode one (its 8192-per-DP chunk is ignored):
+    # 4096 requests / DP8 = 512 per DP rank x 8 draft tokens = 4096 rows.
+    "pd_decode_node": (
+        case(
+            "pd_decode_node",
+            4096,
+            disaggregation_mode="decode",
+            attn_dp_size=8,
+            max_running_requests=4096,
+            chunked_prefill_size=65536,
+            **DSPARK,
+        ),
+        {"decode": 4096},
+        None,
+    ),
+    "pd_decode_node_below": (
+        case(
+            "pd_decode_node_below",
+            4095,
+            disaggregation_mode="decode",
+            attn_dp_size=8,
+            max_running_requests=4096,
+            chunked_prefill_size=65536,
+            **DSPARK,
+        ),
+        {"decode": 4096},
+        (4096, "decode", DECODE_FLAGS + " / --speculative-num-draft-tokens."),
+    ),
+    # Spec decoding on a colocated node: 8192 / DP8 = 1024 requests x 8 = 8192
+    # rows outgrow the 2048-token chunk.
+    "spec_decode": (
+        case("spec_decode", 8191, attn_dp_size=8, max_running_requests=8192, **DSPARK),
+        {"prefill": 2048, "decode": 8192},
+        (8192, "decode", DECODE_FLAGS + " / --speculative-num-draft-tokens."),
+    ),
+    "no_spec_same_batch": (
+        case("no_spec_same_batch", 2048, attn_dp_size=8, max_running_requests=8192),
+        {"prefill": 2048, "decode": 1024},
+        None,
+    ),
+    # Decode graph larger than the request pool: the graph bucket bounds rows.
+    "decode_graph_bound": (
+        case("decode_graph_bound", 1023, attn_dp_size=8, decode_max_bs=1024),
+        {"prefill": 2048, "decode": 1024},
+        (2048, "prefill", "--chunked-prefill-size."),
+    ),
+}
+
+# K3 cases whose rows overflow their cap (refused on the patched tree).
+K3_OVERFLOWS = sorted(name for name, (_, _, outcome) in TABLE.items() if outcome)
+
+# Non-K3 models keep the generic check, identical on both trees outside DP.
+NON_K3 = [
+    case("qwen3moe_tp8", 8320, arch="Qwen3MoeForCausalLM"),
+    case("qwen3moe_tp8_full", 16384, arch="Qwen3MoeForCausalLM"),
+    case("dsv4_tp8", 8192, arch="DeepseekV4ForCausalLM", **DSPARK),
+    case("dsv3_no_budget", 1, arch="DeepseekV3ForCausalLM"),
+    case(
+        "qwen3moe_prefill_cp",
+        8191,
+        arch="Qwen3MoeForCausalLM",
+        attn_cp_size=2,
+        enable_prefill_cp=True,
+    ),
+]
+NON_K3_EXPECTED = {
+    "qwen3moe_tp8": False,
+    "qwen3moe_tp8_full": True,
+    "dsv4_tp8": False,
+    "dsv3_no_budget": True,
+    # The generic path divides the chunk by attention CP: 8192 required.
+    "qwen3moe_prefill_cp": False,
+}
+# Patch 0002: generic MegaMoE budget under DP attention (TP8/DP8, 16384 -> 2048
+# per DP rank, attention TP 1: each rank's MoE gets 2048 rows).
+GENERIC_DP = [
+    case("qwen3moe_dp8_cap_384", 384, arch="Qwen3MoeForCausalLM", attn_dp_size=8),
+    case("qwen3moe_dp8_cap_2047", 2047, arch="Qwen3MoeForCausalLM", attn_dp_size=8),
+    case("qwen3moe_dp8_cap_2048", 2048, arch="Qwen3MoeForCausalLM", attn_dp_size=8),
+]
+
+
+def startup(python, root, cases):
+    return run_probe(root, STARTUP, json.dumps(cases), python=python)
+
+
+@pytest.fixture(scope="module")
+def python():
+    import sys
+
+    return sys.executable
+
+
+@pytest.fixture(scope="module")
+def patched(patched_root, python):
+    cases = [c for c, _, _ in TABLE.values()] + NON_K3 + GENERIC_DP
+    return startup(python, patched_root("sglang"), cases)
+
+
+@pytest.fixture(scope="module")
+def stock(stock_root, python):
+    cases = [c for c, _, _ in TABLE.values()] + NON_K3 + GENERIC_DP
+    return startup(python, stock_root("sglang"), cases)
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_patched_k3_startup(patched, name):
+    cfg, rows, outcome = TABLE[name]
+    result = patched[name]
+    assert result["bounds"] == rows
+    if outcome is None:
+        assert result["accepted"], result["error"]
+        assert cfg["cap"] >= max(rows.values())
+        return
+    required, term, flags = outcome
+    assert not result["accepted"]
+    assert required == max(rows.values())
+    error = result["error"]
+    arch = cfg["arch"]
+    assert error.startswith(
+        f"{arch} with MegaMoE has no fallback for rows beyond {CAP_ENV}"
+    )
+    assert (
+        f"{CAP_ENV}={cfg['cap']} is below the {required} rows one rank's MoE can"
+        in error
+    )
+    assert f"The {term} bound sets it: " in error
+    assert f"Set {CAP_ENV} to at least {required} (" in error
+    assert re.search(
+        r"\((about \d+\.\d GiB more MegaMoE symmetric memory per rank at EP8|"
+        r"no larger MegaMoE symmetric buffer: both caps round up to \d+ tokens)\)",
+        error,
+    ), error
+    assert f"or lower {flags}" in error
+
+
+def test_patched_memory_note(patched):
+    # 8320 -> 16383: 9600 -> 17280 buffer tokens x ~0.632 MiB at EP8 = ~4.7 GiB.
+    assert "(about 4.7 GiB more MegaMoE symmetric memory per rank at EP8)" in (
+        patched["no_sp_split"]["error"]
+    )
+    assert (
+        "(no larger MegaMoE symmetric buffer: both caps round up to 3840 tokens)"
+        in (patched["recipe_cap_below_bound"]["error"])
+    )
+
+
+def test_patched_dp_chunk_is_per_dp_rank(patched):
+    assert patched["dp_attention_cap_384"]["chunk"] == 2048
+    assert "chunked_prefill_size=2048 per DP rank not split over attention TP" in (
+        patched["dp_attention_cap_384"]["error"]
+    )
+
+
+def test_stock_accepts_overflowing_k3_configs(stock):
+    """The bug: stock never checks K3, so every overflowing config starts."""
+    assert len(K3_OVERFLOWS) >= 8
+    for name in K3_OVERFLOWS:
+        cfg, rows, _ = TABLE[name]
+        assert max(rows.values()) > cfg["cap"]
+        assert stock[name]["accepted"] is True, (name, stock[name]["error"])
+        assert stock[name]["bounds"] is None
+    # The DP case: each rank receives 2048 rows, the cap is 384, stock starts.
+    assert stock["dp_attention_cap_384"]["accepted"] is True
+
+
+def test_stock_generic_dp_accepts_cap_384(stock, patched):
+    """Patch 0002: stock divides the per-DP chunk again (2048 // 8 = 256)."""
+    assert stock["qwen3moe_dp8_cap_384"]["accepted"] is True
+    assert stock["qwen3moe_dp8_cap_2047"]["accepted"] is True
+    for name in ("qwen3moe_dp8_cap_384", "qwen3moe_dp8_cap_2047"):
+        assert patched[name]["accepted"] is False
+        assert "required_per_rank=2048," in patched[name]["error"]
+    assert patched["qwen3moe_dp8_cap_2048"]["accepted"] is True
+    assert stock["qwen3moe_dp8_cap_2048"]["accepted"] is True
+
+
+def test_non_k3_models_unchanged(stock, patched):
+    for c in NON_K3:
+        name = c["name"]
+        assert patched[name] == stock[name], name
+        assert patched[name]["accepted"] is NON_K3_EXPECTED[name], patched[name]
+
+
+@pytest.mark.parametrize("flags", [(), ("-O",)], ids=["asserts", "python-O"])
+def test_patched_runtime_cap(patched_root, python, flags):
+    root = patched_root("sglang")
+    over = run_probe(root, RUNTIME, "8321", "8320", python=python, flags=flags)
+    assert over["asserts"] is (not flags)
+    assert over["error_type"] == "RuntimeError"
+    assert over["kernel_rows"] is None
+    assert over["error"].startswith(
+        f"Kimi K3 MegaMoE received 8321 rows on this rank, but {CAP_ENV}=8320 "
+        "and K3 has no fallback for rows beyond it. "
+        f"Set {CAP_ENV} to at least 8321 ("
+    )
+    assert "--chunked-prefill-size / --cuda-graph-max-bs-decode" in over["error"]
+    at_cap = run_probe(root, RUNTIME, "8320", "8320", python=python, flags=flags)
+    assert at_cap["error_type"] is None, at_cap["error"]
+    assert at_cap["kernel_rows"] == 8320
+    assert at_cap["out_rows"] == 8320
+
+
+def test_stock_runtime_cap_vanishes_under_O(stock_root, python):
+    root = stock_root("sglang")
+    over = run_probe(root, RUNTIME, "8321", "8320", python=python)
+    assert over["error_type"] == "AssertionError"
+    # Under -O the check is gone: the fused kernel is launched with more rows
+    # than its buffer holds.
+    over_o = run_probe(root, RUNTIME, "8321", "8320", python=python, flags=("-O",))
+    assert over_o["asserts"] is False
+    assert over_o["error_type"] is None
+    assert over_o["kernel_rows"] == 8321

@@ -1,0 +1,109 @@
+"""Make the sglang-kt MoE modules importable and constructible on a CPU-only machine.
+
+Importing this module (first, before sglang) puts in place the only stand-ins the
+KT weight-loader tests use; everything else is the real upstream code:
+
+- ``sgl_kernel``: the sibling stub package (the real one is a CUDA extension);
+  this directory must be on ``sys.path``, which the probes and the pytest plugin
+  invocation (``-p kt_cpu_stubs``) arrange.
+- ``torch.cuda.get_device_capability``: answers ``(9, 0)`` instead of failing with
+  "Found no NVIDIA driver" (``srt/utils/common.py`` asks at import time, from
+  ``quantization/fp8.py``).
+- ``torch.cuda.Stream`` / ``torch.cuda.Event``: inert objects; ``KTEPWrapperMethod``
+  creates a CPU-expert stream and an event on TP rank 0 in ``create_weights`` and
+  they are not used while loading weights.
+- ``kt_kernel.KTMoEWrapper`` as seen by ``kt_ep_wrapper`` (``CpuExpertEngineStandIn``,
+  installed by ``use_cpu_expert_engine_stand_in``): the real kt-kernel 0.7.2 package
+  is installed and imported (so ``KTRANSFORMERS_AVAILABLE`` is genuinely True and the
+  ``frequency`` strategy uses its real ``generate_gpu_experts_masks``), but its CPU
+  expert engine allocates pinned host memory in its constructor, which needs a CUDA
+  driver ("Found no NVIDIA driver"). The stand-in records its arguments; the GPU
+  weight loader never calls it.
+
+Also usable as a pytest plugin: ``python -m pytest -p kt_cpu_stubs ...``.
+"""
+
+import torch
+
+
+def _device_capability(device=None):
+    return (9, 0)
+
+
+class _InertCudaStream:
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def wait_stream(self, *args, **kwargs):
+        pass
+
+    def wait_event(self, *args, **kwargs):
+        pass
+
+    def record_event(self, *args, **kwargs):
+        return _InertCudaEvent()
+
+    def synchronize(self):
+        pass
+
+
+class _InertCudaEvent:
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def record(self, *args, **kwargs):
+        pass
+
+    def wait(self, *args, **kwargs):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def query(self):
+        return True
+
+
+if not torch.cuda.is_available():
+    torch.cuda.get_device_capability = _device_capability
+    torch.cuda.Stream = _InertCudaStream
+    torch.cuda.Event = _InertCudaEvent
+
+import sgl_kernel  # noqa: E402,F401  (the stub: fail here, not deep inside sglang)
+
+assert getattr(sgl_kernel, "__file__", "").endswith(
+    "kt_native_stubs/sgl_kernel/__init__.py"
+), f"expected the CPU stub of sgl_kernel, got {sgl_kernel!r}"
+
+
+class CpuExpertEngineStandIn:
+    """Records the constructor arguments of kt_kernel.KTMoEWrapper (see above)."""
+
+    instances = []
+
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+        self.gpu_experts_mask = kwargs.get("gpu_experts_mask")
+        CpuExpertEngineStandIn.instances.append(self)
+
+
+def keep_cuda_copies_on_cpu():
+    """``Tensor.cuda()`` returns the tensor itself (used for the NVFP4 parameters,
+    whose ``create_weights`` moves a swizzled block-scale copy to the GPU)."""
+    torch.Tensor.cuda = lambda self, *args, **kwargs: self
+    STUBBED_EXTRA.append("torch.Tensor.cuda -> stays on the CPU (NVFP4 create_weights)")
+
+
+STUBBED_EXTRA = []
+
+
+def use_cpu_expert_engine_stand_in(kt_ep_wrapper_module):
+    kt_ep_wrapper_module.KTMoEWrapper = CpuExpertEngineStandIn
+
+
+STUBBED = (
+    "sgl_kernel (package: CUDA ops, raise if called)",
+    "torch.cuda.get_device_capability -> (9, 0)",
+    "torch.cuda.Stream / torch.cuda.Event (inert)",
+    "kt_kernel.KTMoEWrapper in kt_ep_wrapper (CPU expert engine; needs pinned memory)",
+)
