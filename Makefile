@@ -48,6 +48,13 @@ test-wheels: wheels
 	  .venvs/sglang/bin/python $(PYTEST) tests/sglang
 	SGL_OVERLAY_STOCK_ROOT_SGLANG_KT=$(INSTALLED)/stock-sglang-kt SGL_OVERLAY_PATCHED_ROOT_SGLANG_KT=$(INSTALLED)/patched-sglang-kt \
 	  .venvs/sglang-kt/bin/python $(PYTEST) tests/sglang_kt
+	@# The stock wheels in the patched role must fail both suites on an assertion (log under build/).
+	! SGL_OVERLAY_PATCHED_ROOT_SGLANG=$(INSTALLED)/stock-sglang .venvs/sglang/bin/python $(PYTEST) -x tests/sglang \
+	  > build/stock-as-patched-sglang.log 2>&1 && grep -q AssertionError build/stock-as-patched-sglang.log \
+	  && echo "stock sglang wheel fails the K3 suite, as expected: $$(tail -1 build/stock-as-patched-sglang.log)"
+	! SGL_OVERLAY_PATCHED_ROOT_SGLANG_KT=$(INSTALLED)/stock-sglang-kt .venvs/sglang-kt/bin/python $(PYTEST) -x tests/sglang_kt \
+	  > build/stock-as-patched-sglang-kt.log 2>&1 && grep -q AssertionError build/stock-as-patched-sglang-kt.log \
+	  && echo "stock sglang-kt wheel fails the KT suite, as expected: $$(tail -1 build/stock-as-patched-sglang-kt.log)"
 
 matrix: trees
 	$(TOOL) matrix

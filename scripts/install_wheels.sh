@@ -8,9 +8,15 @@ cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 rm -rf build/installed
 for target in sglang sglang-kt; do
-  stem=${target//-/_}
-  stock=$(ls .cache/wheels/${stem}-*.whl | grep -v '+' | head -1)
-  patched=$(ls dist/${stem}-*+overlay.*.whl | head -1)
+  # The exact pinned file and its patched twin, as the manifest names them.
+  read -r stock patched < <($PY - "$target" <<'PYEOF'
+import sys
+from sgl_overlay.doctor import patched_wheel_name
+from sgl_overlay.manifest import load_manifest
+m = load_manifest()
+print(f".cache/wheels/{m.get(sys.argv[1]).wheel}", f"dist/{patched_wheel_name(m, sys.argv[1])}")
+PYEOF
+)
   $PY -m pip install -q --disable-pip-version-check --no-deps --no-compile --target "build/installed/stock-$target" "$stock"
   $PY -m pip install -q --disable-pip-version-check --no-deps --no-compile --target "build/installed/patched-$target" "$patched"
   echo "installed $target: $(basename "$stock") and $(basename "$patched")"

@@ -58,6 +58,9 @@ def test_local_label_and_record(target: str) -> None:
     rows = list(csv.reader((info / "RECORD").read_text().splitlines()))
     checked = 0
     for path, digest, _size in rows:
+        if path.startswith("../"):  # console scripts: pip --target puts them under bin/
+            assert (patched / "bin" / Path(path).name).exists(), path
+            continue
         if not digest:
             continue
         algo, _, value = digest.partition("=")
