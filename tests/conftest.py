@@ -61,6 +61,13 @@ def patched_root():
 
 
 @pytest.fixture(scope="session")
+def patched_tree():
+    """Callable target -> the patched git tree, where the in-patch upstream tests live
+    (also when the package under test comes from an installed wheel)."""
+    return tree_dir
+
+
+@pytest.fixture(scope="session")
 def stock_root(tmp_path_factory):
     """Callable target -> directory that holds the unpatched package."""
     cache: dict[str, Path] = {}

@@ -1,9 +1,9 @@
 """Issue 5: the unit tests carried inside patches/sglang/0001 and 0002 run from
 the patched tree and pass there, and fail against the stock sglang package.
 
-They live next to the patched package in upstream's layout
-(``<patched root>/../test/registered/unit/...``). The test files are always taken
-from the patched tree; only the ``sglang`` package on PYTHONPATH changes.
+They live in the patched tree in upstream's layout (``test/registered/unit/...``).
+The test files are always taken from the patched tree; only the ``sglang``
+package on PYTHONPATH changes (the tree's, or an installed wheel's).
 Stubs inside those tests: ``deep_gemm`` and ``mega_moe_pre_dispatch`` (native
 kernels), as in upstream's own MegaMoE unit tests.
 """
@@ -23,9 +23,8 @@ UPSTREAM_TESTS = {
 }
 
 
-def _tree_root(patched_root) -> Path:
-    root = Path(patched_root("sglang"))
-    tree = root.parent
+def _tree_root(patched_tree) -> Path:
+    tree = patched_tree("sglang")
     missing = [p for p in UPSTREAM_TESTS if not (tree / p).is_file()]
     if missing:
         pytest.fail(f"patched tree {tree} lacks the in-patch tests {missing}")
@@ -56,8 +55,8 @@ def _pytest(package_root: Path, test_file: Path, tmp_path: Path):
 
 
 @pytest.mark.parametrize("rel", sorted(UPSTREAM_TESTS))
-def test_in_patch_tests_pass_on_patched(patched_root, tmp_path, rel):
-    tree = _tree_root(patched_root)
+def test_in_patch_tests_pass_on_patched(patched_root, patched_tree, tmp_path, rel):
+    tree = _tree_root(patched_tree)
     proc = _pytest(Path(patched_root("sglang")), tree / rel, tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
@@ -65,8 +64,8 @@ def test_in_patch_tests_pass_on_patched(patched_root, tmp_path, rel):
 
 
 @pytest.mark.parametrize("rel", sorted(UPSTREAM_TESTS))
-def test_in_patch_tests_fail_on_stock(patched_root, stock_root, tmp_path, rel):
-    tree = _tree_root(patched_root)
+def test_in_patch_tests_fail_on_stock(patched_tree, stock_root, tmp_path, rel):
+    tree = _tree_root(patched_tree)
     proc = _pytest(Path(stock_root("sglang")), tree / rel, tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-6000:]
