@@ -97,6 +97,9 @@ class MatrixSpec:
     venv: str = ""  # interpreter folder for the patches' tests, relative to the repo root
     run_tests: bool = True
     no_tests_reason: str = ""
+    # CPU stand-ins for native pieces the patches' tests need (as the project's own tests use them):
+    pythonpath: tuple[str, ...] = ()  # extra PYTHONPATH entries after <tree>/python, relative to the repo root
+    pytest_args: tuple[str, ...] = ()  # e.g. ("-p", "kt_cpu_stubs")
 
 
 @dataclass
@@ -133,6 +136,7 @@ class TargetRun:
     note: str = ""
     patches: list[str] = field(default_factory=list)
     variants: list[dict] = field(default_factory=list)
+    tests_env: str = ""
     versions: list[VersionRun] = field(default_factory=list)
 
 
@@ -161,7 +165,8 @@ def load_spec(manifest: Manifest, target: Target) -> MatrixSpec:
         variants.append(variant)
     versions = tuple(map(str, table.get("versions", [target.version if target.kind == "wheel" else target.commit])))
     return MatrixSpec(versions=versions, variants=tuple(variants), venv=table.get("venv", ""),
-                      run_tests=table.get("tests", True), no_tests_reason=table.get("no_tests_reason", ""))
+                      run_tests=table.get("tests", True), no_tests_reason=table.get("no_tests_reason", ""),
+                      pythonpath=tuple(table.get("pythonpath", [])), pytest_args=tuple(table.get("pytest_args", [])))
 
 
 def variant_for(spec: MatrixSpec, patch: str, version: str) -> Variant | None:
@@ -415,19 +420,20 @@ def _pytest_reason(out: str) -> str:
     return reason[:300]
 
 
-def run_patch_tests(python: Path, vtree: Path, files: list[str], timeout: int = TEST_TIMEOUT_S) -> TestResult:
+def run_patch_tests(python: Path, vtree: Path, files: list[str], timeout: int = TEST_TIMEOUT_S,
+                    extra_path: list[Path] | None = None, pytest_args: tuple[str, ...] = ()) -> TestResult:
     if not files:
         return TestResult("no tests", "the patch adds or changes no test file")
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(vtree / "python")
+    env["PYTHONPATH"] = os.pathsep.join([str(vtree / "python"), *map(str, extra_path or [])])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *files]
+    cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *pytest_args, *files]
     try:
         proc = subprocess.run(cmd, cwd=vtree, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return TestResult("error", f"timed out after {timeout} s", files)
     out = proc.stdout + proc.stderr
-    reason = _pytest_reason(out)
+    reason = _pytest_reason(out).replace(str(vtree), "<tree>")  # no machine paths in committed output
     if proc.returncode == 0:
         only_skipped = "passed" not in reason and "skipped" in reason
         return TestResult("skip" if only_skipped else "pass", reason, files)
@@ -457,6 +463,24 @@ def _python_for(target: Target, spec: MatrixSpec, opts: Options) -> Path:
     venv = spec.venv or f".venvs/{target.name}"
     candidates = [opts.root / venv / "bin" / "python", SOURCE_ROOT / venv / "bin" / "python"]
     return next((p for p in candidates if p.exists()), candidates[0])
+
+
+def _repo_path(rel: str, opts: Options) -> Path:
+    """A path of the manifest's matrix table: relative to the repo root (else this package's checkout)."""
+    candidates = [opts.root / rel, SOURCE_ROOT / rel]
+    return next((p for p in candidates if p.exists()), candidates[0])
+
+
+def _tests_env(python: Path, spec: MatrixSpec, opts: Options) -> str:
+    def rel(p: Path) -> str:
+        for base in (opts.root, SOURCE_ROOT):
+            if p.is_relative_to(base):
+                return str(p.relative_to(base))
+        return str(p)
+
+    path = ":".join(["<tree>/python", *spec.pythonpath])
+    args = " ".join(spec.pytest_args)
+    return f"`{rel(python)} -m pytest{' ' + args if args else ''}` with `PYTHONPATH={path}`"
 
 
 def _series_for(target: Target, spec: MatrixSpec, version: str) -> tuple[tuple[str, ...], dict[str, str]]:
@@ -489,6 +513,8 @@ def run_target(target: Target, spec: MatrixSpec, opts: Options, log=print) -> Ta
             "the versions were fetched and laid out, nothing was classified.")
     versions = sorted(dict.fromkeys(spec.versions), key=_version_key) if wheel_kind else [run.pinned[:12]]
     python = _python_for(target, spec, opts)
+    extra_path = [_repo_path(p, opts) for p in spec.pythonpath]
+    run.tests_env = _tests_env(python, spec, opts)
 
     # The pinned tree first: its blobs seed every other version's 3-way merges.
     def tree_for(version: str) -> tuple[Path, Target, VersionRun, dict[str, str]]:
@@ -559,7 +585,8 @@ def run_target(target: Target, spec: MatrixSpec, opts: Options, log=print) -> Ta
                 cell.tests = TestResult("not run", f"no venv: {python} is missing (scripts/setup_venvs.sh)", files)
             else:
                 t0 = time.monotonic()
-                cell.tests = run_patch_tests(python, vtree, files)
+                cell.tests = run_patch_tests(python, vtree, files, extra_path=extra_path,
+                                             pytest_args=spec.pytest_args)
                 log(f"matrix {target.name} {version}: {patch.label} tests {cell.tests.result} "
                     f"({time.monotonic() - t0:.1f} s)")
         log(f"matrix {target.name} {version}: " + ", ".join(f"{k}={c.outcome}" for k, c in vr.cells.items()))
@@ -608,6 +635,7 @@ def to_json(runs: list[TargetRun]) -> dict:
                 "note": r.note,
                 "patches": r.patches,
                 "variants": r.variants,
+                "tests_env": r.tests_env,
                 "versions": [
                     {
                         "version": v.version,
@@ -669,6 +697,8 @@ def to_markdown(data: dict) -> str:
         out += [f"## {name} (pinned {t['pinned']}; source: {t['source']})", ""]
         if t.get("note"):
             out += [t["note"], ""]
+        if t.get("tests_env") and t["patches"]:
+            out += [f"Patch tests run as {t['tests_env']}.", ""]
         versions = t["versions"]
         if t["patches"]:
             out += ["| patch | " + " | ".join(v["version"] for v in versions) + " |", "|---|" + "---|" * len(versions)]
