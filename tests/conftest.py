@@ -104,3 +104,18 @@ def run_probe(root: Path, script: Path, *args: str, python: str = sys.executable
         )
     last = proc.stdout.strip().splitlines()[-1]
     return json.loads(last)
+
+
+def run_pytest(package_roots: list[Path], test_file: Path, cwd: Path,
+               plugins: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """Run one upstream test file with pytest in a subprocess, `package_roots` first on
+    PYTHONPATH (the stock or patched package, plus any CPU stand-ins)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(str(r) for r in package_roots)
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    for plugin in plugins:
+        args += ["-p", plugin]
+    return subprocess.run(
+        [*args, "--rootdir", str(cwd), str(test_file)],
+        capture_output=True, text=True, env=env, cwd=cwd, timeout=600,
+    )

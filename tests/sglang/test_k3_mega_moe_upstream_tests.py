@@ -10,12 +10,10 @@ kernels), as in upstream's own MegaMoE unit tests.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_pytest
 
 UPSTREAM_TESTS = {
     "test/registered/unit/arg_groups/test_kimi_k3_mega_moe_token_budget.py": 8,
@@ -32,26 +30,7 @@ def _tree_root(patched_tree) -> Path:
 
 
 def _pytest(package_root: Path, test_file: Path, tmp_path: Path):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(package_root)
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--rootdir",
-            str(tmp_path),
-            str(test_file),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=600,
-    )
+    return run_pytest([package_root], test_file, tmp_path)
 
 
 @pytest.mark.parametrize("rel", sorted(UPSTREAM_TESTS))

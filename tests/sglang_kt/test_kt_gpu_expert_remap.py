@@ -38,13 +38,10 @@ on any rank; that is a limitation of the fork's KT+EP design, outside this patch
 """
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_probe, tree_dir
+from conftest import run_probe, run_pytest, tree_dir
 
 HERE = Path(__file__).resolve().parent
 PROBE = HERE / "kt_remap_probe.py"
@@ -386,27 +383,7 @@ def _upstream_test_file(patched):
 
 
 def _run_upstream_test(root, test_file):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), str(STUBS)]))
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "kt_cpu_stubs",
-            "--rootdir",
-            str(test_file.parent),
-            str(test_file),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        cwd=str(test_file.parent),
-    )
+    return run_pytest([root, STUBS], test_file, test_file.parent, plugins=("kt_cpu_stubs",))
 
 
 def test_upstream_unit_test_passes_on_patched(patched_root):

@@ -1,0 +1,40 @@
+"""Write a stand-in `sgl_kernel` package that routes to the extension.
+
+Used to run sgl-kernel's own test file (sgl-kernel/tests/test_copy.py, patched)
+against sgl_kernel_ext: the real sgl-kernel wheel is not installed where the
+GPU tests run, so `import sgl_kernel` and `from sgl_kernel.elementwise import
+copy_to_gpu_no_ce` must resolve to torch.ops.sgl_kernel_ext. This shim is that
+routing and nothing else: the kernel code is the patch's post-image copy.cu.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+INIT = '''"""Stand-in for sgl_kernel: routes to sgl_kernel_ext (tests/kernel/kernel_gpu_shim.py)."""
+import os
+
+import sgl_kernel_ext
+
+try:
+    sgl_kernel_ext.ensure_loaded()
+except ImportError:
+    sgl_kernel_ext.load_jit(build_directory=os.environ.get("SGL_KERNEL_EXT_BUILD_DIR"))
+
+from sgl_kernel.elementwise import copy_to_gpu_no_ce  # noqa: E402,F401
+'''
+
+ELEMENTWISE = '''import torch
+
+
+def copy_to_gpu_no_ce(input: torch.Tensor, output: torch.Tensor):
+    torch.ops.sgl_kernel_ext.copy_to_gpu_no_ce(input, output)
+'''
+
+
+def write_shim(dest: Path) -> Path:
+    pkg = dest / "sgl_kernel"
+    pkg.mkdir(parents=True, exist_ok=True)
+    (pkg / "__init__.py").write_text(INIT)
+    (pkg / "elementwise.py").write_text(ELEMENTWISE)
+    return dest

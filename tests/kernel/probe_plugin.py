@@ -1,0 +1,51 @@
+"""Probe: sglang 0.5.23's real plugin loader with sgl_kernel_ext's entry point.
+
+PYTHONPATH: the stock sglang root, a dir with a stand-in `sgl_kernel` (the real one
+is a CUDA library that cannot load on a CPU) and the extension's dist-info, the
+extension's python dir. Prints one JSON line.
+"""
+
+import ast
+import inspect
+import json
+
+import torch
+
+import sgl_kernel
+import sgl_kernel.elementwise
+import sgl_kernel_ext
+
+calls = []
+sgl_kernel_ext.copy_to_gpu_no_ce = lambda i, o: calls.append("ext")  # the op needs a GPU
+
+from sglang.srt.plugins import load_plugins  # noqa: E402
+
+# in a list: the loader re-points module attributes that hold the original
+stock_fn = [sgl_kernel.elementwise.copy_to_gpu_no_ce]
+load_plugins()
+
+x = torch.zeros(4, dtype=torch.int32)
+from sgl_kernel.elementwise import copy_to_gpu_no_ce  # noqa: E402  (as the caller does)
+
+copy_to_gpu_no_ce(x, x)
+sgl_kernel.copy_to_gpu_no_ce(x, x)
+
+# sglang's caller binds the name inside the function, at each call.
+import sglang  # noqa: E402
+
+path = sglang.__path__[0] + "/srt/layers/moe/moe_runner/deep_gemm.py"
+tree = ast.parse(open(path).read())
+fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "copy_list_to_gpu_no_ce")
+imports = [
+    (n.module, [a.name for a in n.names]) for n in ast.walk(fn) if isinstance(n, ast.ImportFrom)
+]
+print(
+    json.dumps(
+        {
+            "calls": calls,
+            "stock_calls": sgl_kernel.elementwise.STOCK_CALLS,
+            "replaced": sgl_kernel.elementwise.copy_to_gpu_no_ce is not stock_fn[0],
+            "caller_imports": imports,
+        }
+    )
+)

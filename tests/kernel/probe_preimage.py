@@ -1,0 +1,37 @@
+"""Probe: build the UNPATCHED copy.cu (rebuilt from the patch's pre-image side)
+the same way as the extension, in its own op namespace, and call it at N=64
+and N=16. Prints one JSON line. argv: build_dir"""
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+import kernel_patch as kp
+
+sys.path.insert(0, str(kp.EXT_DIR / "python"))
+import sgl_kernel_ext  # noqa: E402
+
+build_dir = Path(sys.argv[1])
+src = kp.write_tree(Path(tempfile.mkdtemp()), "old") / kp.COPY_CU
+assert kp.blob_id(src.read_bytes()) == kp.PINNED_PREIMAGES[kp.COPY_CU]
+ns = sgl_kernel_ext.load_jit(
+    build_directory=str(build_dir),
+    namespace="sgl_kernel_ext_preimage",
+    sources=[str(src), str(sgl_kernel_ext.source_dir() / "registration.cc")],
+    extra_cflags=["-DSGL_KERNEL_EXT_PREIMAGE"],
+)
+op = getattr(torch.ops, ns).copy_to_gpu_no_ce
+result = {}
+for n in (64, 16):
+    x = torch.randint(-(2**31), 2**31 - 1, (n,), dtype=torch.int32)
+    y = torch.full((n,), -1, dtype=torch.int32, device="cuda")
+    try:
+        op(x, y)
+        torch.cuda.synchronize()
+        result[str(n)] = {"ok": y.cpu().tolist() == x.tolist()}
+    except RuntimeError as exc:
+        result[str(n)] = {"error": str(exc).splitlines()[0]}
+print(json.dumps(result))

@@ -1,0 +1,186 @@
+"""GPU tests of sgl_kernel_ext, i.e. of the patch's post-image copy.cu.
+
+Skipped with a reason when no CUDA GPU is visible (CI); scripts/gpu_kernel.sh
+runs them on the device machine, also under compute-sanitizer memcheck.
+
+- The patched upstream test file (sgl-kernel/tests/test_copy.py, rebuilt from
+  the patch) runs against the extension. Stand-in: the real sgl-kernel wheel is
+  not installed there, so a tiny `sgl_kernel` package (tests/kernel/
+  kernel_gpu_shim.py) routes `sgl_kernel.elementwise.copy_to_gpu_no_ce` to
+  torch.ops.sgl_kernel_ext.copy_to_gpu_no_ce. Nothing else is stubbed.
+- Own tests: every N in 1..512 through the dispatched op and the forced
+  fallback, against torch's copy; which kernel each N launches (profiler);
+  writes stay inside the output; the input is captured at launch.
+- The unpatched pre-image, compiled the same way, fails at N=16 with
+  "unexpected N" (and works at N=64): the bug is real before the fix.
+
+The extension comes from an installed sgl_kernel_ext._C if importable, else it
+is compiled on the fly (SGL_KERNEL_EXT_BUILD_DIR caches the build).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import kernel_patch as kp  # noqa: E402
+from kernel_gpu_shim import write_shim  # noqa: E402
+
+HAS_GPU = torch.cuda.is_available()
+pytestmark = pytest.mark.skipif(
+    not HAS_GPU, reason="no CUDA GPU visible: GPU tests run on the device machine (scripts/gpu_kernel.sh)"
+)
+UNDER_SANITIZER = os.environ.get("SGL_KERNEL_EXT_UNDER_SANITIZER") == "1"
+EXT_PY = kp.EXT_DIR / "python"
+INT32 = torch.iinfo(torch.int32)
+
+
+def _build_dir(tmp_path_factory) -> Path:
+    env = os.environ.get("SGL_KERNEL_EXT_BUILD_DIR")
+    path = Path(env) if env else tmp_path_factory.mktemp("sgl_kernel_ext_build")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def ext(tmp_path_factory):
+    sgl_kernel_ext = kp.import_ext()
+    try:
+        how = sgl_kernel_ext.ensure_loaded()
+    except ImportError:
+        how = sgl_kernel_ext.load_jit(build_directory=str(_build_dir(tmp_path_factory) / "post"))
+    print(f"sgl_kernel_ext loaded: {how} ({sgl_kernel_ext.__file__})")
+    return torch.ops.sgl_kernel_ext
+
+
+def _ext_import_dir() -> str:
+    import sgl_kernel_ext
+
+    return str(Path(sgl_kernel_ext.__file__).resolve().parents[1])
+
+
+def _random(n: int) -> "torch.Tensor":
+    return torch.randint(INT32.min, INT32.max, (n,), dtype=torch.int32)
+
+
+def _check_copy(op, n: int) -> None:
+    x = _random(n)
+    y = torch.full((n,), -1, dtype=torch.int32, device="cuda")
+    op(x, y)
+    expected = torch.empty_like(y)
+    expected.copy_(x)
+    torch.cuda.synchronize()
+    assert torch.equal(y, expected), f"N={n}"
+
+
+def test_dispatched_op_every_length(ext):
+    for n in range(1, 513):
+        _check_copy(ext.copy_to_gpu_no_ce, n)
+
+
+def test_forced_fallback_every_length(ext):
+    for n in range(1, 513):
+        _check_copy(ext.copy_to_gpu_no_ce_fallback, n)
+
+
+@pytest.mark.parametrize("n", [0, 513, 4096])
+def test_both_entry_points_refuse_out_of_range(ext, n):
+    for op in (ext.copy_to_gpu_no_ce, ext.copy_to_gpu_no_ce_fallback):
+        x = torch.zeros(n, dtype=torch.int32)
+        y = torch.empty(n, dtype=torch.int32, device="cuda")
+        match = r"empty \(N = 0\)" if n == 0 else rf"N = {n} exceeds the maximum of 512"
+        with pytest.raises(RuntimeError, match=match):
+            op(x, y)
+
+
+@pytest.mark.parametrize("n", [1, 16, 17, 72, 300, 512])
+def test_writes_stay_inside_output(ext, n):
+    big = torch.full((n + 64,), -7, dtype=torch.int32, device="cuda")
+    out = big[32 : 32 + n]
+    x = _random(n)
+    ext.copy_to_gpu_no_ce(x, out)
+    torch.cuda.synchronize()
+    assert out.cpu().tolist() == x.tolist()
+    assert big[:32].cpu().tolist() == [-7] * 32
+    assert big[32 + n :].cpu().tolist() == [-7] * 32
+
+
+@pytest.mark.parametrize("n", [16, 17, 512])
+def test_input_is_captured_at_launch(ext, n):
+    # The values travel in the kernel's arguments: changing (or freeing) the
+    # CPU tensor right after the call, before the GPU ran, changes nothing.
+    stream = torch.cuda.Stream()
+    x = _random(n)
+    before = x.tolist()
+    y = torch.full((n,), -1, dtype=torch.int32, device="cuda")
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(20_000_000)  # keep the stream busy so the copy runs later
+        ext.copy_to_gpu_no_ce(x, y)
+        x.fill_(0)
+    stream.synchronize()
+    assert y.cpu().tolist() == before
+
+
+@pytest.mark.skipif(UNDER_SANITIZER, reason="the profiler (CUPTI) is not used under compute-sanitizer")
+def test_kernel_choice(ext):
+    from torch.profiler import ProfilerActivity, profile
+
+    seen = {}
+    for n in (16, 17, 32, 64, 72, 100, 512):
+        x = _random(n)
+        y = torch.empty(n, dtype=torch.int32, device="cuda")
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            ext.copy_to_gpu_no_ce(x, y)
+            torch.cuda.synchronize()
+        names = [e.name for e in prof.events() if "copy_to_gpu_no_ce" in e.name]
+        assert len(names) == 1, names
+        seen[n] = names[0]
+    for n in (16, 32, 64, 72):
+        assert f"copy_to_gpu_no_ce_kernel<{n}>" in seen[n], seen[n]
+    for n in (17, 100, 512):
+        assert "copy_to_gpu_no_ce_fallback_kernel" in seen[n], seen[n]
+
+
+def test_upstream_test_file_against_extension(ext, tmp_path, tmp_path_factory):
+    tree = kp.write_tree(tmp_path / "tree", "new")
+    upstream_test = tree / kp.TEST_COPY
+    # the patched file is the one the patch adds lines to, not the 2-size original
+    assert "[16, 17, 32, 64, 72, 512]" in upstream_test.read_text()
+    shim = write_shim(tmp_path / "shim")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(shim), _ext_import_dir(), env.get("PYTHONPATH", "")])
+    env.setdefault("SGL_KERNEL_EXT_BUILD_DIR", str(_build_dir(tmp_path_factory) / "post"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", str(upstream_test)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tree,
+        timeout=1200,
+    )
+    print(proc.stdout[-20000:])
+    assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-4000:]
+    assert " passed" in proc.stdout and " failed" not in proc.stdout
+
+
+@pytest.mark.skipif(UNDER_SANITIZER, reason="builds a second extension; run once outside the sanitizer")
+def test_unpatched_preimage_fails_at_16(tmp_path_factory):
+    from conftest import run_probe
+
+    build = _build_dir(tmp_path_factory) / "preimage"
+    build.mkdir(parents=True, exist_ok=True)
+    result = run_probe(
+        kp.EXT_DIR / "python",
+        Path(__file__).with_name("probe_preimage.py"),
+        str(build),
+        extra_env={"PYTHONPATH": os.pathsep.join([str(kp.EXT_DIR / "python"), str(Path(__file__).parent)])},
+    )
+    print(result)
+    assert result["64"] == {"ok": True}
+    assert "error" in result["16"] and "unexpected N" in result["16"]["error"]

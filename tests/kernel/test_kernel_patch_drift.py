@@ -1,0 +1,98 @@
+"""The sgl-kernel patch and the extension's copy.cu cannot drift apart.
+
+- the patch's pre-image side (rebuilt from its full-context hunks) hashes to the
+  pinned upstream blobs, and its `index` lines say so too;
+- sgl_kernel_ext/csrc/copy.cu has the blob id of the patch's post-image `index`
+  line, and `git apply` of the patch onto the rebuilt pre-image gives the same bytes;
+- the post-image is clang-format clean (upstream's sgl-kernel style) and the
+  patched test file black/isort clean.
+
+No stubs: this reads files and runs git/clang-format/black/isort.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import kernel_patch as kp
+
+EXT_COPY_CU = kp.EXT_DIR / "csrc" / "copy.cu"
+
+
+def test_preimage_blobs_are_the_pinned_ones():
+    files = kp.parse()
+    assert set(files) == {kp.COPY_CU, kp.TEST_COPY}
+    for path, pinned in kp.PINNED_PREIMAGES.items():
+        fp = files[path]
+        assert fp.old_blob == pinned, f"{path}: index line says {fp.old_blob}"
+        assert kp.blob_id(fp.old) == pinned, f"{path}: rebuilt pre-image is not the pinned blob"
+        assert kp.blob_id(fp.new) == fp.new_blob, f"{path}: post-image does not match its index line"
+
+
+def test_preimage_is_the_buggy_kernel():
+    old = kp.parse()[kp.COPY_CU].old.decode()
+    assert 'TORCH_CHECK(false, "unexpected N");' in old
+    assert "copy_to_gpu_no_ce_impl<16>" not in old
+    new = kp.parse()[kp.COPY_CU].new.decode()
+    assert "unexpected N" not in new
+    for n in (16, 32, 64, 72):
+        assert f"copy_to_gpu_no_ce_impl<{n}>(input, output);" in new
+
+
+def test_extension_copy_cu_is_the_post_image_blob():
+    data = EXT_COPY_CU.read_bytes()
+    assert kp.blob_id(data) == kp.parse()[kp.COPY_CU].new_blob
+
+
+def test_git_apply_to_rebuilt_preimage_gives_extension_copy_cu(tmp_path):
+    git = shutil.which("git")
+    assert git, "git is needed"
+    kp.write_tree(tmp_path, "old")
+    subprocess.run([git, "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(
+        [git, "apply", "--whitespace=nowarn", str(kp.copy_patch_path())],
+        cwd=tmp_path,
+        check=True,
+    )
+    assert (tmp_path / kp.COPY_CU).read_bytes() == EXT_COPY_CU.read_bytes()
+    assert kp.blob_id((tmp_path / kp.TEST_COPY).read_bytes()) == kp.parse()[kp.TEST_COPY].new_blob
+
+
+def _tool(name: str) -> str:
+    exe = shutil.which(name) or str(Path(sys.executable).with_name(name))
+    if not Path(exe).exists():
+        pytest.skip(f"{name} is not installed in this venv (see tests/kernel/requirements.txt)")
+    return exe
+
+
+def test_post_image_is_clang_format_clean(tmp_path):
+    exe = _tool("clang-format")
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+    work = kp.write_tree(tmp_path, "new")
+    # upstream's sgl-kernel/.clang-format; the extension keeps the same file
+    shutil.copyfile(kp.EXT_DIR / "csrc" / ".clang-format", work / "sgl-kernel" / ".clang-format")
+    for path in (work / kp.COPY_CU, kp.EXT_DIR / "csrc" / "registration.cc"):
+        proc = subprocess.run(
+            [exe, "--style=file", "--dry-run", "--Werror", str(path)],
+            capture_output=True,
+            text=True,
+            cwd=path.parent,
+        )
+        assert proc.returncode == 0, f"{path.name} not clang-format clean ({version}):\n{proc.stderr}"
+
+
+def test_patched_test_file_is_black_and_isort_clean(tmp_path):
+    black, isort = _tool("black"), _tool("isort")
+    work = kp.write_tree(tmp_path, "new")
+    target = str(work / kp.TEST_COPY)
+    proc = subprocess.run([black, "--check", "--diff", target], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = subprocess.run(
+        [isort, "--check-only", "--diff", "--profile", "black", target], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
