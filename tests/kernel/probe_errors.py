@@ -1,6 +1,7 @@
 """Probe (device diagnosis): call the op with one bad input, print the error.
 argv: case namespace. Each case runs in its own process so a crash names it."""
 
+import os
 import sys
 
 import torch
@@ -10,7 +11,8 @@ import kernel_patch as kp
 case, ns = sys.argv[1], sys.argv[2]
 ext = kp.import_ext()
 if ns == "sgl_kernel_ext":
-    ext.ensure_loaded()
+    jit_dir = os.environ.get("SGL_KERNEL_EXT_JIT_DIR")  # a load_jit() build instead of _C
+    ext.load_jit(build_directory=jit_dir) if jit_dir else ext.ensure_loaded()
 op = getattr(torch.ops, ns).copy_to_gpu_no_ce
 cases = {
     "n0": (torch.zeros(0, dtype=torch.int32), torch.empty(0, dtype=torch.int32, device="cuda")),

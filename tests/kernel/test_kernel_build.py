@@ -62,6 +62,18 @@ def test_ptxas_compiled_exact_and_fallback_kernels(wheel_build):
     assert spills and all(s == ("0", "0") for s in spills), spills
 
 
+def test_built_with_the_cxx_standard_torch_needs(wheel_build):
+    # torch 2.14.1's ATen headers need C++20; torch.utils.cpp_extension adds it itself
+    # (sgl_kernel_ext forces no -std, so older torch builds keep their own default).
+    import torch
+
+    major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+    nvcc_lines = [l for l in wheel_build["log"].splitlines() if "nvcc" in l and "copy.cu" in l and " -c " in l]
+    assert nvcc_lines, "no nvcc command for copy.cu in the build log"
+    if (major, minor) >= (2, 12):
+        assert all("-std=c++20" in l for l in nvcc_lines), nvcc_lines[0]
+
+
 def test_shared_library_defines_the_ops(wheel_build):
     with zipfile.ZipFile(wheel_build["wheel"]) as whl:
         names = whl.namelist()

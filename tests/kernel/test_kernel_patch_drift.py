@@ -66,7 +66,7 @@ def test_git_apply_to_rebuilt_preimage_gives_extension_copy_cu(tmp_path):
 def _tool(name: str) -> str:
     exe = shutil.which(name) or str(Path(sys.executable).with_name(name))
     if not Path(exe).exists():
-        pytest.skip(f"{name} is not installed in this venv (see tests/kernel/requirements.txt)")
+        pytest.skip(f"{name} is not installed in this venv (see requirements/sglang.txt)")
     return exe
 
 

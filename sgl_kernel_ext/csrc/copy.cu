@@ -1,0 +1,104 @@
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/all.h>
+
+#include <vector>
+
+// Largest length the fallback kernel accepts. Its by-value argument is a fixed
+// 512-slot array (2 KiB) plus the true length, which stays well under the
+// traditional 4 KiB kernel-parameter limit; one block of up to 512 threads
+// covers it.
+constexpr int kCopyToGpuNoCeMaxN = 512;
+static_assert(kCopyToGpuNoCeMaxN <= 1024, "one thread block must cover the fallback");
+
+template <int N>
+struct InputArray {
+  int values[N];
+};
+
+using FallbackInputArray = InputArray<kCopyToGpuNoCeMaxN>;
+
+template <int N>
+__global__ void copy_to_gpu_no_ce_kernel(const InputArray<N> input_array, int* output) {
+  int idx = threadIdx.x + blockIdx.x * blockDim.x;
+  if (idx < N) {
+    output[idx] = input_array.values[idx];
+  }
+}
+
+// One kernel, compiled once, for every length without an exact kernel.
+__global__ void copy_to_gpu_no_ce_fallback_kernel(const FallbackInputArray input_array, int n, int* output) {
+  int idx = threadIdx.x + blockIdx.x * blockDim.x;
+  if (idx < n) {
+    output[idx] = input_array.values[idx];
+  }
+}
+
+// Checks shared by every path; returns the number of elements to copy.
+int64_t check_copy_to_gpu_no_ce_args(const at::Tensor& input, const at::Tensor& output) {
+  TORCH_CHECK(input.dim() == 1, "copy_to_gpu_no_ce: input must be 1-D, got ", input.dim(), "-D");
+  TORCH_CHECK(input.is_contiguous(), "copy_to_gpu_no_ce: input must be contiguous");
+  TORCH_CHECK(input.scalar_type() == at::kInt, "copy_to_gpu_no_ce: input must be int32, got ", input.scalar_type());
+  TORCH_CHECK(input.device().is_cpu(), "copy_to_gpu_no_ce: input must be a CPU tensor, got ", input.device());
+
+  TORCH_CHECK(output.dim() == 1, "copy_to_gpu_no_ce: output must be 1-D, got ", output.dim(), "-D");
+  TORCH_CHECK(output.is_contiguous(), "copy_to_gpu_no_ce: output must be contiguous");
+  TORCH_CHECK(output.scalar_type() == at::kInt, "copy_to_gpu_no_ce: output must be int32, got ", output.scalar_type());
+  TORCH_CHECK(output.device().is_cuda(), "copy_to_gpu_no_ce: output must be a CUDA tensor, got ", output.device());
+
+  const int64_t n = input.numel();
+  TORCH_CHECK(output.numel() == n, "copy_to_gpu_no_ce: input has ", n, " elements but output has ", output.numel());
+  TORCH_CHECK(n > 0, "copy_to_gpu_no_ce: input is empty (N = 0); N must be in [1, ", kCopyToGpuNoCeMaxN, "]");
+  TORCH_CHECK(n <= kCopyToGpuNoCeMaxN, "copy_to_gpu_no_ce: N = ", n, " exceeds the maximum of ", kCopyToGpuNoCeMaxN);
+  return n;
+}
+
+template <int Capacity>
+void launch_copy_to_gpu_no_ce(const at::Tensor& input, at::Tensor& output, int n) {
+  InputArray<Capacity> input_array;
+  const int* input_ptr = input.data_ptr<int>();
+  for (int i = 0; i < n; ++i) {
+    input_array.values[i] = input_ptr[i];
+  }
+
+  const at::cuda::OptionalCUDAGuard device_guard(output.device());
+  // may use multi thread blocks if performance bottleneck
+  dim3 grid(1);
+  dim3 block(n);
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  if constexpr (Capacity == kCopyToGpuNoCeMaxN) {
+    copy_to_gpu_no_ce_fallback_kernel<<<grid, block, 0, stream>>>(input_array, n, output.data_ptr<int>());
+  } else {
+    copy_to_gpu_no_ce_kernel<Capacity><<<grid, block, 0, stream>>>(input_array, output.data_ptr<int>());
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <int N>
+void copy_to_gpu_no_ce_impl(const at::Tensor& input, at::Tensor& output) {
+  const int64_t n = check_copy_to_gpu_no_ce_args(input, output);
+  TORCH_CHECK(n == N, "copy_to_gpu_no_ce: input has ", n, " elements but this kernel copies exactly ", N);
+  launch_copy_to_gpu_no_ce<N>(input, output, N);
+}
+
+void copy_to_gpu_no_ce_fallback_impl(const at::Tensor& input, at::Tensor& output) {
+  const int64_t n = check_copy_to_gpu_no_ce_args(input, output);
+  launch_copy_to_gpu_no_ce<kCopyToGpuNoCeMaxN>(input, output, static_cast<int>(n));
+}
+
+void copy_to_gpu_no_ce(const at::Tensor& input, at::Tensor& output) {
+  const int64_t N = input.numel();
+  // Exact kernels for the common local expert counts; every other length goes
+  // to the fallback, which also refuses N = 0 and N > kCopyToGpuNoCeMaxN.
+  if (N == 72) {
+    copy_to_gpu_no_ce_impl<72>(input, output);
+  } else if (N == 64) {
+    copy_to_gpu_no_ce_impl<64>(input, output);
+  } else if (N == 32) {
+    copy_to_gpu_no_ce_impl<32>(input, output);
+  } else if (N == 16) {
+    copy_to_gpu_no_ce_impl<16>(input, output);
+  } else {
+    copy_to_gpu_no_ce_fallback_impl(input, output);
+  }
+}

@@ -1,0 +1,80 @@
+"""Build settings shared by setup.py and load_jit() (standard library only)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
+# Arch list used when TORCH_CUDA_ARCH_LIST is unset and no GPU is visible
+# (a CPU-only build machine): Hopper machine code plus PTX for newer GPUs.
+DEFAULT_ARCH_LIST = "9.0+PTX"
+
+
+def default_arch_list() -> str:
+    return DEFAULT_ARCH_LIST
+
+
+def compile_flags() -> tuple[list[str], list[str]]:
+    """(cxx, nvcc) flags.
+
+    No -std flag: torch.utils.cpp_extension adds the standard the installed torch
+    was built with (-std=c++20 for torch 2.14.1, whose headers need it; -std=c++17
+    for torch 2.11). Forcing C++20 onto torch 2.11's headers built an extension
+    whose error path (a failed TORCH_CHECK) crashed the process on an H200 run.
+    """
+    cxx = ["-O3"]
+    nvcc = ["-O3"]
+    ns = os.environ.get("SGL_KERNEL_EXT_NAMESPACE")
+    if ns:
+        cxx.append(f"-DSGL_KERNEL_EXT_NAMESPACE={ns}")
+        nvcc.append(f"-DSGL_KERNEL_EXT_NAMESPACE={ns}")
+    return cxx, nvcc
+
+
+def extra_include_dirs(cuda_home: str | None = None) -> list[str]:
+    """CUDA library headers that ATen/cuda/CUDAContext.h needs (cusparse.h, cublas_v2.h).
+
+    A full CUDA toolkit has them under $CUDA_HOME/include; a minimal one (nvcc
+    only) does not, but torch's CUDA wheels pull in nvidia-* wheels that ship
+    them (nvidia/cu13/include for CUDA 13, nvidia/<lib>/include for CUDA 12).
+    """
+    dirs: list[str] = []
+    if cuda_home is None:
+        cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    if (Path(cuda_home) / "include" / "cusparse.h").is_file():
+        return dirs
+    spec = importlib.util.find_spec("nvidia")
+    if spec is None or not spec.submodule_search_locations:
+        return dirs
+    for root in spec.submodule_search_locations:
+        for header in ("cusparse.h", "cublas_v2.h", "cusolverDn.h"):
+            for found in sorted(Path(root).glob(f"*/include/{header}")):
+                inc = str(found.parent)
+                if inc not in dirs:
+                    dirs.append(inc)
+    return dirs
+
+
+def ensure_cuda_home() -> str | None:
+    """Set CUDA_HOME when torch would guess it wrong.
+
+    torch.utils.cpp_extension takes CUDA_HOME from the environment, else two
+    levels above `which nvcc`. Where nvcc on PATH is a wrapper script (e.g.
+    /usr/local/bin/nvcc exec-ing /usr/local/cuda-13.0/bin/nvcc) that gives
+    /usr/local, which has no libcudart to link. Call before importing
+    torch.utils.cpp_extension. Returns the CUDA_HOME in effect.
+    """
+    if os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"):
+        return os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    candidates = []
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        candidates.append(Path(os.path.realpath(nvcc)).parents[1])
+    candidates.append(Path("/usr/local/cuda"))
+    for cand in candidates:
+        if (cand / "include" / "cuda_runtime.h").is_file() and (cand / "bin" / "nvcc").is_file():
+            os.environ["CUDA_HOME"] = str(cand)
+            return str(cand)
+    return None
