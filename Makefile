@@ -5,7 +5,7 @@ SHELL := /bin/bash
 TOOL := .venv/bin/sgl-overlay
 PYTEST := -m pytest -q -p no:cacheprovider
 
-.PHONY: all venvs trees wheels test test-tool test-sglang test-sglang-kt test-kernel test-wheels matrix clean
+.PHONY: all venvs trees wheels test test-tool test-sglang test-sglang-kt test-kernel test-wheels test-launch matrix clean
 
 all: trees wheels
 
@@ -24,7 +24,7 @@ wheels: trees venvs
 	$(TOOL) wheels --out dist
 	.venvs/sglang/bin/python -m pip wheel -q --no-deps --no-build-isolation -w dist ./sgl_kernel_ext
 
-test: venvs trees test-tool test-sglang test-sglang-kt test-kernel test-wheels
+test: venvs trees test-tool test-sglang test-sglang-kt test-kernel test-wheels test-launch
 
 test-tool: $(TOOL)
 	.venv/bin/python $(PYTEST) tests/tool
@@ -51,10 +51,14 @@ test-wheels: wheels
 	@# The stock wheels in the patched role must fail both suites on an assertion (log under build/).
 	! SGL_OVERLAY_PATCHED_ROOT_SGLANG=$(INSTALLED)/stock-sglang .venvs/sglang/bin/python $(PYTEST) -x tests/sglang \
 	  > build/stock-as-patched-sglang.log 2>&1 && grep -q AssertionError build/stock-as-patched-sglang.log \
-	  && echo "stock sglang wheel fails the K3 suite, as expected: $$(tail -1 build/stock-as-patched-sglang.log)"
+	  && echo "stock sglang wheel fails the K3 suite on an assertion, as expected (build/stock-as-patched-sglang.log)"
 	! SGL_OVERLAY_PATCHED_ROOT_SGLANG_KT=$(INSTALLED)/stock-sglang-kt .venvs/sglang-kt/bin/python $(PYTEST) -x tests/sglang_kt \
 	  > build/stock-as-patched-sglang-kt.log 2>&1 && grep -q AssertionError build/stock-as-patched-sglang-kt.log \
-	  && echo "stock sglang-kt wheel fails the KT suite, as expected: $$(tail -1 build/stock-as-patched-sglang-kt.log)"
+	  && echo "stock sglang-kt wheel fails the KT suite on an assertion, as expected (build/stock-as-patched-sglang-kt.log)"
+
+# Stretch of issue 6: the patched wheel with its full dependency set, and the launch command.
+test-launch: wheels
+	scripts/test_launch.sh
 
 matrix: trees
 	$(TOOL) matrix
