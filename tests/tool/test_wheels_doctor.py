@@ -7,6 +7,7 @@ import csv
 import hashlib
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 from synth import HOOK_PY, MODEL_PY, cli, make_overlay, make_wheel
@@ -75,3 +76,27 @@ def test_patched_wheel_installs_and_doctor_tells(tmp_path: Path) -> None:
     proc = cli(*doc, "--python", str(py_patched))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("[ok] sglang") == 2 and "MISSING" not in proc.stdout
+
+
+def test_wheel_from_user_checkout_uses_upstream_build(tmp_path: Path) -> None:
+    """`wheels --checkout`: refuses before the series is in, then builds python/ with pip."""
+    ov = make_overlay(tmp_path)
+    co = tmp_path / "co"
+    subprocess.run(["git", "clone", "-q", str(ov.upstream), str(co)], check=True)
+    (co / "python/pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n\n'
+        '[project]\nname = "sglang"\nversion = "1.0"\n\n[tool.setuptools]\npackages = ["sglang"]\n'
+    )
+    (co / "python/sglang/__init__.py").write_text("")
+    subprocess.run(["git", "-C", str(co), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(co), "-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qm",
+                    "local packaging"], check=True)
+    out = tmp_path / "dist"
+    proc = cli("--patches", str(ov.patches), "wheels", "--checkout", str(co), "--out", str(out))
+    assert proc.returncode == 1 and "is applicable in" in proc.stderr and "run `sgl-overlay apply" in proc.stderr
+    assert cli("--patches", str(ov.patches), "apply", "--checkout", str(co)).returncode == 0
+    proc = cli("--patches", str(ov.patches), "wheels", "--checkout", str(co), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    (built,) = out.glob("sglang-1.0-*.whl")
+    with zipfile.ZipFile(built) as zf:
+        assert "line 10 fixed" in zf.read("sglang/model.py").decode()
