@@ -11,10 +11,10 @@ for target in sglang sglang-kt; do
   # The exact pinned file and its patched twin, as the manifest names them.
   read -r stock patched < <($PY - "$target" <<'PYEOF'
 import sys
-from sgl_overlay.doctor import patched_wheel_name
+from sgl_overlay.wheels import patched_wheel_name
 from sgl_overlay.manifest import load_manifest
 m = load_manifest()
-print(f".cache/wheels/{m.get(sys.argv[1]).wheel}", f"dist/{patched_wheel_name(m, sys.argv[1])}")
+print(f".cache/wheels/{m.get(sys.argv[1]).wheel}", f"dist/{patched_wheel_name(m.get(sys.argv[1]), m.local_version)}")
 PYEOF
 )
   $PY -m pip install -q --disable-pip-version-check --no-deps --no-compile --target "build/installed/stock-$target" "$stock"

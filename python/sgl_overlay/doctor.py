@@ -15,7 +15,7 @@ from sgl_overlay import gitutil
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.manifest import Manifest
 from sgl_overlay.patchfile import read_patch
-from sgl_overlay.wheels import shipped_changes, wheel_path_of
+from sgl_overlay.wheels import patched_wheel_name, shipped_changes, wheel_path_of
 
 KERNEL_DISTS = ("sglang-kernel", "sgl-kernel")
 EXT_DIST = "sgl-kernel-ext"
@@ -69,15 +69,9 @@ def probe(python: str, live: bool, site: Path | None = None) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def patched_wheel_name(manifest: Manifest, target_name: str) -> str:
-    target = manifest.get(target_name)
-    stem, _, tags = target.wheel[: -len(".whl")].partition(f"-{target.version}-")
-    return f"{stem}-{target.version}+{manifest.local_version}-{tags}.whl"
-
-
 def check_python_target(manifest: Manifest, name: str, info: dict, dist_dir: Path) -> list[Finding]:
     target = manifest.get(name)
-    fix = f"pip install --no-deps --force-reinstall {dist_dir / patched_wheel_name(manifest, name)}"
+    fix = f"pip install --no-deps --force-reinstall {dist_dir / patched_wheel_name(target, manifest.local_version)}"
     installed = Version(info["version"])
     if installed.base_version != target.version:
         return [Finding(name, f"installed {installed}, the overlay pins {target.version}: fixes not checked", False,

@@ -43,6 +43,27 @@ def verify_wheel(path: Path, expected: str) -> None:
         )
 
 
+def download(requirement: str, tags_like: str, cache: Path) -> Path:
+    """pip-download one wheel of `requirement` with the tags of wheel file `tags_like` into `cache`."""
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        cmd = [
+            sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+            "--progress-bar", "off", "-d", tmp, *_pip_tag_args(tags_like), requirement,
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        got = list(Path(tmp).glob("*.whl"))
+        if proc.returncode != 0 or len(got) != 1:
+            last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise OverlayError(
+                f"pip could not download {requirement}: {last[0]}; "
+                "check the network, or put the wheel into the cache folder by hand"
+            )
+        dest = cache / got[0].name
+        shutil.move(str(got[0]), dest)
+    return dest
+
+
 def fetch_wheel(target: Target, cache: Path, offline: bool = False) -> Path:
     """Return the cached, verified pinned wheel of `target`, downloading it if needed."""
     cache.mkdir(parents=True, exist_ok=True)
@@ -56,21 +77,18 @@ def fetch_wheel(target: Target, cache: Path, offline: bool = False) -> Path:
             f"{target.wheel} is not in the cache {cache} and --offline was given; run `sgl-overlay fetch` online once"
         )
     print(f"fetch {target.name}: downloading {target.requirement} ({target.wheel})", flush=True)
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        cmd = [
-            sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-            "--progress-bar", "off", "-d", tmp, *_pip_tag_args(target.wheel), target.requirement,
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        got = Path(tmp) / target.wheel
-        if proc.returncode != 0 or not got.exists():
-            last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise OverlayError(
-                f"pip could not download {target.requirement} ({target.wheel}): {last[0]}; "
-                "check the network, or put the wheel into the cache folder by hand"
-            )
+    got = download(target.requirement, target.wheel, cache)
+    if got.name != target.wheel:
+        got.unlink()
+        raise OverlayError(
+            f"pip downloaded {got.name} for {target.requirement}, the manifest pins {target.wheel}; "
+            "check the pin in patches/manifest.toml"
+        )
+    try:
         verify_wheel(got, target.sha256)
-        shutil.move(str(got), dest)
+    except OverlayError:
+        got.unlink()
+        raise
     size_mb = dest.stat().st_size / 1e6
     print(f"fetch {target.name}: {target.wheel} {size_mb:.1f} MB, sha256 ok", flush=True)
     return dest

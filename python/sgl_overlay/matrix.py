@@ -37,9 +37,7 @@ import dataclasses
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import tomllib
@@ -49,7 +47,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from sgl_overlay import fetch, gitutil, tree
+from sgl_overlay import fetch, gitutil, operations, tree
 from sgl_overlay.errors import OverlayError, UsageError
 from sgl_overlay.manifest import Manifest, Target
 from sgl_overlay.patchfile import Patch, read_patch
@@ -218,19 +216,9 @@ def fetch_version_wheel(target: Target, version: str, cache: Path, offline: bool
     if path is None:
         if offline:
             raise OverlayError(f"no wheel of {dist} {version} in {cache} and --offline was given")
-        cache.mkdir(parents=True, exist_ok=True)
         requirement = f"{dist}=={version}"
         print(f"matrix {target.name}: downloading {requirement}", flush=True)
-        with tempfile.TemporaryDirectory(dir=cache) as tmp:
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                   "--progress-bar", "off", "-d", tmp, *fetch._pip_tag_args(target.wheel), requirement]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            got = list(Path(tmp).glob("*.whl"))
-            if proc.returncode != 0 or len(got) != 1:
-                last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-                raise OverlayError(f"pip could not download {requirement}: {last[0]}")
-            path = cache / got[0].name
-            shutil.move(str(got[0]), path)
+        path = fetch.download(requirement, target.wheel, cache)
     return path, fetch.sha256_of(path)
 
 
@@ -330,32 +318,9 @@ def _is_exact(patch: Patch, vtree: Path, pinned_tree: Path) -> tuple[bool, list[
     return not differ, differ
 
 
-def _modified_reverse_apply(vtree: Path, patch: Patch) -> list[str]:
-    """The files the patch modifies, when all of them reverse-apply in the clean tree; else [].
-
-    `series_status` reverse-applies the whole patch, which never succeeds for a patch that
-    also adds test files upstream lacks; a fix that landed upstream then looks like a clean
-    3-way merge (both sides made the same change). Here only the modified files count.
-    """
-    modified = [c.path for c in patch.changes if c.old_blob and c.new_blob]
-    if not modified:
-        return []
-    includes = [f"--include={p}" for p in modified]
-    proc = gitutil.git(vtree, "apply", "--check", "-R", *includes, str(patch.path), check=False)
-    return modified if proc.returncode == 0 else []
-
-
 def classify(vtree: Path, vt: Target, pinned_tree: Path) -> list[tuple[Patch, Cell]]:
     rows = []
     for st in series_status(vtree, vt):
-        if st.state in (State.APPLICABLE_3WAY, State.CONFLICTING):
-            present = _modified_reverse_apply(vtree, st.patch)
-            if present:
-                added = [c.path for c in st.patch.changes if not c.old_blob]
-                note = f"; the files it adds ({', '.join(added)}) are not upstream" if added else ""
-                rows.append((st.patch, Cell(UPSTREAM, f"{', '.join(present)} already carry the change "
-                                                      f"(reverse-applies cleanly){note}")))
-                continue
         if st.state in (State.APPLICABLE, State.APPLIED):
             exact, differ = _is_exact(st.patch, vtree, pinned_tree)
             if exact:
@@ -368,7 +333,7 @@ def classify(vtree: Path, vt: Target, pinned_tree: Path) -> list[tuple[Patch, Ce
         elif st.state == State.ABSENT:
             cell = Cell(ABSENT, f"missing {st.detail}")
         elif st.state == State.UPSTREAM:
-            cell = Cell(UPSTREAM, "reverse-applies cleanly: upstream already has this change")
+            cell = Cell(UPSTREAM, st.detail)
         else:
             cell = Cell(_STATE_CLASS[st.state], st.detail)
         rows.append((st.patch, cell))
@@ -385,14 +350,11 @@ def apply_and_commit(vtree: Path, patch: Patch, cell: Cell) -> str:
         errs = [l for l in exact.stderr.splitlines() if "patch failed" in l]
         if errs:
             cell.detail = f"exact apply fails at {_hunk_of(patch, errs[0])}; 3-way merge is clean"
-    env = {k: v for k, v in gitutil.TOOL_IDENTITY.items() if k.startswith("GIT_COMMITTER")}
     orig = gitutil.head(vtree)
-    proc = gitutil.git(vtree, "am", "-3", "--quiet", "--committer-date-is-author-date", str(patch.path),
-                       check=False, env=env)
+    proc = operations.run_am(vtree, [patch.path], embedded=True)
     if proc.returncode == 0:
         return ""
-    gitutil.git(vtree, "am", "--abort", check=False)
-    gitutil.git(vtree, "reset", "-q", "--hard", orig, check=False)
+    operations.rollback(vtree, orig)
     lines = (proc.stdout + proc.stderr).strip().splitlines()
     fallback = lines[-1] if lines else "git am failed"
     return next((l for l in lines if "conflict" in l.lower() or l.startswith("error")), fallback)
@@ -514,7 +476,7 @@ def run_target(target: Target, spec: MatrixSpec, opts: Options, log=print) -> Ta
     versions = sorted(dict.fromkeys(spec.versions), key=_version_key) if wheel_kind else [run.pinned[:12]]
     python = _python_for(target, spec, opts)
     extra_path = [_repo_path(p, opts) for p in spec.pythonpath]
-    run.tests_env = _tests_env(python, spec, opts)
+    run.tests_env = _tests_env(python, spec, opts) if spec.run_tests else ""
 
     # The pinned tree first: its blobs seed every other version's 3-way merges.
     def tree_for(version: str) -> tuple[Path, Target, VersionRun, dict[str, str]]:

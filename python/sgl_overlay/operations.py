@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,7 +35,7 @@ def deferred_signals() -> Iterator[list[int]]:
             signal.signal(sig, handler)
 
 
-def _rollback(repo: Path, orig: str) -> None:
+def rollback(repo: Path, orig: str) -> None:
     """Return the tree to `orig`: abort a stopped `git am`, then drop commits made since."""
     if gitutil.operation_in_progress(repo):
         gitutil.git(repo, "am", "--abort", check=False, new_session=True)
@@ -43,14 +44,20 @@ def _rollback(repo: Path, orig: str) -> None:
         gitutil.git(repo, "reset", "-q", "--hard", orig, new_session=True)
 
 
-def _identity_args(co: Checkout) -> tuple[list[str], dict[str, str]]:
-    """Committer for `git am`: fixed in laid-out trees (reproducible ids), the user's elsewhere."""
-    if co.embedded:
+def run_am(repo: Path, patches: list[Path], embedded: bool) -> subprocess.CompletedProcess:
+    """`git am -3` the patches, shielded from Ctrl-C. Laid-out trees get a fixed committer and
+    date (reproducible ids); a user's checkout its own identity, or a stand-in if it has none."""
+    flags: list[str] = []
+    env: dict[str, str] = {}
+    if embedded:
+        flags = ["--committer-date-is-author-date"]
         env = {k: v for k, v in gitutil.TOOL_IDENTITY.items() if k.startswith("GIT_COMMITTER")}
-        return ["--committer-date-is-author-date"], env
-    if gitutil.has_identity(co.path):
-        return [], {}
-    return [], {"GIT_COMMITTER_NAME": "sgl-overlay", "GIT_COMMITTER_EMAIL": "sgl-overlay@localhost"}
+    elif not gitutil.has_identity(repo):
+        env = {"GIT_COMMITTER_NAME": "sgl-overlay", "GIT_COMMITTER_EMAIL": "sgl-overlay@localhost"}
+    return gitutil.git(
+        repo, "am", "-3", "--quiet", "--keep-non-patch", *flags, *map(str, patches),
+        check=False, env=env, new_session=True,
+    )
 
 
 def statuses(co: Checkout) -> dict[str, list[PatchStatus]]:
@@ -108,15 +115,11 @@ def apply(co: Checkout, strict: bool = False) -> list[str]:
         total = sum(len(rows) for rows in st.values())
         return report + [f"already applied: {total} patch(es) in {co.path}; nothing to do"]
     orig = gitutil.head(co.path)
-    flags, env = _identity_args(co)
     with deferred_signals() as caught:
-        proc = gitutil.git(
-            co.path, "am", "-3", "--quiet", "--keep-non-patch", *flags, *map(str, to_apply),
-            check=False, env=env, new_session=True,
-        )
+        proc = run_am(co.path, to_apply, co.embedded)
         if proc.returncode != 0 or caught:
             stuck = _stuck_patch(co.path, to_apply)
-            _rollback(co.path, orig)
+            rollback(co.path, orig)
             if caught:
                 raise Interrupted(f"interrupted: apply rolled back, {co.path} is as before (HEAD {orig[:12]})")
             first = next((l for l in proc.stdout.splitlines() + proc.stderr.splitlines() if "conflict" in l.lower()
@@ -157,13 +160,13 @@ def revert(co: Checkout) -> list[str]:
             proc = gitutil.git(co.path, "revert", "--no-edit", *ordered, check=False, new_session=True)
             if proc.returncode != 0:
                 gitutil.git(co.path, "revert", "--abort", check=False, new_session=True)
-                _rollback(co.path, orig)
+                rollback(co.path, orig)
                 raise OverlayError(
                     f"could not revert the overlay's commits in {co.path} (later commits touch the same "
                     "lines); tree left unchanged: revert them by hand with `git revert`"
                 )
             how = "git revert"
         if caught:
-            _rollback(co.path, orig)
+            rollback(co.path, orig)
             raise Interrupted(f"interrupted: revert rolled back, {co.path} is as before")
     return [f"reverted {len(commits)} overlay commit(s) in {co.path} ({how}): {orig[:12]} -> {gitutil.head(co.path)[:12]}"]

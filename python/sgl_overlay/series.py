@@ -49,7 +49,7 @@ def find_commit(repo: Path, patch: Patch, full_context: bool) -> str:
             continue
         wanted = wanted or _patch_id(patch.path.read_bytes())
         ctx = ["-U100000"] if full_context else []
-        shown = gitutil.git(repo, "show", "--format=", *ctx, sha, input=None).stdout
+        shown = gitutil.git(repo, "show", "--format=", *ctx, sha).stdout
         if _patch_id(shown.encode()) == wanted:
             return sha
     return ""
@@ -97,6 +97,23 @@ def _offsets(proc: subprocess.CompletedProcess) -> str:
     return "; ".join(hunks)
 
 
+def _already_upstream(scratch: ScratchIndex, patch: Patch) -> str | None:
+    """A detail line when every file the patch modifies already carries its change, else None.
+
+    Only modified files are reverse-applied: a fix that landed upstream without the test
+    file the patch adds is still "already upstream".
+    """
+    modified = [c.path for c in patch.changes if c.old_blob and c.new_blob]
+    if not modified:
+        return None
+    includes = [f"--include={p}" for p in modified]
+    if scratch.apply(patch.path, "--check", "-R", *includes).returncode != 0:
+        return None
+    added = [c.path for c in patch.changes if not c.old_blob]
+    note = f"; the files it adds ({', '.join(added)}) are not upstream" if added else ""
+    return f"{', '.join(modified)} already carry the change (reverse-applies cleanly){note}"
+
+
 # States whose patch is in the scratch index (an absent file may come from one of them).
 _IN_SCRATCH = (State.APPLIED, State.APPLICABLE, State.APPLICABLE_3WAY)
 
@@ -125,9 +142,9 @@ def series_status(repo: Path, target: Target) -> list[PatchStatus]:
                 scratch.apply(patch.path)
                 result.append(PatchStatus(patch, State.APPLICABLE, detail=_offsets(exact)))
                 continue
-            reverse = scratch.apply(patch.path, "--check", "-R")
-            if reverse.returncode == 0:
-                result.append(PatchStatus(patch, State.UPSTREAM))
+            present = _already_upstream(scratch, patch)
+            if present is not None:
+                result.append(PatchStatus(patch, State.UPSTREAM, detail=present))
                 continue
             scratch.save()
             three = scratch.apply(patch.path, "--3way")

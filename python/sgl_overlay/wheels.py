@@ -22,6 +22,12 @@ def wheel_path_of(target: Target, tree_path: str) -> str | None:
     return None
 
 
+def patched_wheel_name(target: Target, local_version: str) -> str:
+    """The pinned wheel's file name with the local version label (what `wheel pack` writes)."""
+    stem, _, tags = target.wheel[: -len(".whl")].partition(f"-{target.version}-")
+    return f"{stem}-{target.version}+{local_version}-{tags}.whl"
+
+
 def shipped_changes(target: Target) -> dict[str, str | None]:
     """Wheel path -> final blob id, for each file the series changes inside the wheel."""
     result = {}
@@ -63,13 +69,12 @@ def build_patched_wheel(target: Target, wheel: Path, tree: Path, out_dir: Path, 
             data = gitutil.git(tree, "cat-file", "blob", f"HEAD:{path}", input=b"").stdout
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(data)
-        before = set(out_dir.glob("*.whl"))
         _run([sys.executable, "-m", "wheel", "pack", "-d", str(out_dir), "--local-version", local_version,
               str(unpacked)], f"packing the patched {target.name} wheel")
-    made = set(out_dir.glob("*.whl")) - before
-    name = wheel.name.split("-")[0]
-    found = made or {p for p in out_dir.glob(f"{name}-{target.version}+{local_version}-*.whl")}
-    return sorted(found)[0]
+    made = out_dir / patched_wheel_name(target, local_version)
+    if not made.is_file():
+        raise OverlayError(f"`wheel pack` did not write {made}; is the wheel package >= 0.46 installed?")
+    return made
 
 
 def build_from_checkout(checkout: Path, targets: list[Target], out_dir: Path) -> Path:

@@ -20,6 +20,12 @@ def _checkout(tmp: Path, ov) -> Path:
     return co
 
 
+def _commit_conflicting_change(co: Path) -> None:
+    """A local commit on the line patch 0002 changes: it conflicts even under -3."""
+    write(co, "python/sglang/hook.py", edit_line((co / "python/sglang/hook.py").read_text(), "hook 5\n", "hook 5 theirs\n"))
+    git(co, "commit", "-qam", "conflicting local change")
+
+
 def case_sha256_mismatch(tmp: Path):
     ov = make_overlay(tmp)
     cache = tmp / "cache"
@@ -67,8 +73,7 @@ def case_dirty_checkout(tmp: Path):
 def case_half_applied_am(tmp: Path):
     ov = make_overlay(tmp)
     co = _checkout(tmp, ov)
-    write(co, "python/sglang/hook.py", edit_line((co / "python/sglang/hook.py").read_text(), "hook 5\n", "hook 5 theirs\n"))
-    git(co, "commit", "-qam", "conflicting local change")
+    _commit_conflicting_change(co)
     git(co, "am", "-q", str(ov.series[0]), str(ov.series[1]), check=False)  # stops on the second
     assert (co / ".git" / "rebase-apply").exists()
     return (["--patches", str(ov.patches), "apply", "--checkout", str(co)], [co], 1,
@@ -110,8 +115,7 @@ def case_unknown_project(tmp: Path):
 def case_conflict_3way(tmp: Path):
     ov = make_overlay(tmp)
     co = _checkout(tmp, ov)
-    write(co, "python/sglang/hook.py", edit_line((co / "python/sglang/hook.py").read_text(), "hook 5\n", "hook 5 theirs\n"))
-    git(co, "commit", "-qam", "conflicting local change")
+    _commit_conflicting_change(co)
     return (["--patches", str(ov.patches), "apply", "--checkout", str(co)], [co], 1,
             r"0002-hook-fix-line-5-and-model-line-30\.patch conflicts in .*: patch failed: python/sglang/hook\.py:\d+; tree left unchanged")
 
