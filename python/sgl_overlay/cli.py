@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sgl_overlay import __version__, doctor, export, fetch, matrix, operations, tree, wheels
+from sgl_overlay import __version__, doctor, export, fetch, matrix, matrix_report, operations, tree, wheels
 from sgl_overlay.checkout import Checkout, detect
 from sgl_overlay.errors import OverlayError, UsageError
 from sgl_overlay.manifest import Manifest, default_patches_dir, load_manifest
@@ -190,7 +190,7 @@ def run(argv: list[str] | None = None) -> int:
                               run_tests=not args.no_tests, offline=args.offline)
         versions = matrix.parse_versions(args.versions, args.target)
         runs = matrix.run_matrix(manifest, args.target, versions, opts)
-        for path in matrix.write_outputs(runs, (args.out or root / "docs").resolve(), list(manifest.targets)):
+        for path in matrix_report.write_outputs(runs, (args.out or root / "docs").resolve(), list(manifest.targets)):
             print(f"wrote {path}")
         for problem in matrix.errors(runs):
             print(f"error: {problem}", file=sys.stderr)

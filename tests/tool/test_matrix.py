@@ -26,7 +26,7 @@ from pathlib import Path
 from synth import cli, git, make_upstream, snapshot, write
 from wheel.wheelfile import WheelFile
 
-from sgl_overlay import matrix
+from sgl_overlay import matrix, matrix_report
 from sgl_overlay.manifest import load_manifest
 
 BASE = "".join(f"V{i} = {i}\n" for i in range(1, 41))
@@ -128,7 +128,7 @@ def test_every_outcome_class(tmp_path: Path) -> None:
                           python={"sglang": Path(sys.executable)})
     runs = matrix.run_matrix(manifest, None, {}, opts, log=lambda *_: None)
     assert matrix.errors(runs) == []
-    md = matrix.to_markdown(matrix.to_json(runs))
+    md = matrix_report.to_markdown(matrix_report.to_json(runs))
     p1, p2 = manifest.get("sglang").patches
     assert "| patch | 0.5 | 0.6 | 0.7 | 0.8 | 0.9 | 1.0 | 1.1 |" in md
     assert (f"| `{p1}` | exact (variant) · tests pass | absent | **conflict** | 3-way · **tests FAIL** "
@@ -138,7 +138,7 @@ def test_every_outcome_class(tmp_path: Path) -> None:
     assert (f"| `{p2}` | absent | absent | offsets · no tests | offsets · no tests | offsets · no tests "
             "| exact · no tests | exact · no tests |") in md
 
-    data = matrix.to_json(runs)["targets"]["sglang"]
+    data = matrix_report.to_json(runs)["targets"]["sglang"]
     cells = {v["version"]: v["cells"][p1] for v in data["versions"]}
     assert "python/sglang/model.py: hunk 1/1, @@ -7,7 +7,7 @@ V6 = 6 (fails exact and 3-way)" in cells["0.7"]["detail"]
     assert cells["0.6"]["detail"] == "missing python/sglang/model.py"
@@ -162,7 +162,7 @@ def test_every_outcome_class(tmp_path: Path) -> None:
     # Warm run: trees are reused and reset, results identical.
     before = snapshot(tmp_path / "build" / "matrix" / "sglang-1.0")
     again = matrix.run_matrix(manifest, None, {}, opts, log=lambda *_: None)
-    assert matrix.to_markdown(matrix.to_json(again)) == md
+    assert matrix_report.to_markdown(matrix_report.to_json(again)) == md
     assert snapshot(tmp_path / "build" / "matrix" / "sglang-1.0") == before
 
 
