@@ -31,13 +31,14 @@ def tree_dir(target: str) -> Path:
     return path
 
 
-def _export_upstream(target: str, dest: Path) -> Path:
-    """Export the `upstream` commit of a target's tree (the stock pre-image)."""
+def export_tree(target: str, dest: Path, rev: str = "upstream") -> Path:
+    """Export one commit of a target's tree: `upstream` is the stock pre-image, `HEAD`
+    the patched post-image."""
     tree = tree_dir(target)
     dest.mkdir(parents=True, exist_ok=True)
-    archive = dest / "upstream.tar"
+    archive = dest / "tree.tar"
     subprocess.run(
-        ["git", "-C", str(tree), "archive", "--format=tar", "-o", str(archive), "upstream"],
+        ["git", "-C", str(tree), "archive", "--format=tar", "-o", str(archive), rev],
         check=True,
     )
     with tarfile.open(archive) as tar:
@@ -77,7 +78,7 @@ def stock_root(tmp_path_factory):
         if override:
             return Path(override)
         if target not in cache:
-            dest = _export_upstream(target, tmp_path_factory.mktemp(f"stock-{target}"))
+            dest = export_tree(target, tmp_path_factory.mktemp(f"stock-{target}"))
             cache[target] = dest / "python" if (dest / "python").is_dir() else dest
         return cache[target]
 

@@ -1,108 +1,70 @@
-"""Read patches/sgl-kernel/0001-*.patch: its blob ids and the full files on both sides.
+"""The sgl-kernel patch as the tool laid it out: pins, `index` lines, both images.
 
-The sgl-kernel patch is written with full-file context (docs/DESIGN.md), so each
-file's single hunk holds the whole pre-image (context + removed lines) and the
-whole post-image (context + added lines). Standard library only.
+`sgl-overlay fetch` rebuilds the pre-images from the patch's full-file context (with
+unidiff) and proves them by blob id; `apply` commits the patch on top. So
+build/trees/sgl-kernel holds the pre-image at tag `upstream` and the post-image at HEAD,
+and these tests read both from there instead of parsing the patch a second time.
+Standard library only (the GPU tests import it on the device machine).
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
-from dataclasses import dataclass
+import subprocess
+import tomllib
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PATCH_DIR = REPO_ROOT / "patches" / "sgl-kernel"
 EXT_DIR = REPO_ROOT / "sgl_kernel_ext"
-
+TARGET = "sgl-kernel"
 COPY_CU = "sgl-kernel/csrc/elementwise/copy.cu"
 TEST_COPY = "sgl-kernel/tests/test_copy.py"
-# Pinned pre-images (../shared/UPSTREAM.md; sgl-project/sglang at 0ba3cdd4).
-PINNED_PREIMAGES = {
-    COPY_CU: "327a9ab6445fa7167cab1ee24b593ae575428813",
-    TEST_COPY: "70ed864c134b9ac44582a5a6a0e2041f3b9cccc0",
-}
+REVS = {"old": "upstream", "new": "HEAD"}
 
-
-def blob_id(data: bytes) -> str:
-    """`git hash-object` of the bytes."""
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
-@dataclass
-class FilePatch:
-    path: str
-    old_blob: str
-    new_blob: str
-    old: bytes
-    new: bytes
+_MANIFEST = tomllib.loads((REPO_ROOT / "patches" / "manifest.toml").read_text())["targets"][TARGET]
+PINNED_PREIMAGES: dict[str, str] = _MANIFEST["preimages"]
 
 
 def copy_patch_path() -> Path:
-    found = sorted(PATCH_DIR.glob("0001-*.patch"))
-    if len(found) != 1:
-        raise FileNotFoundError(f"expected one 0001-*.patch in {PATCH_DIR}, found {found}")
-    return found[0]
+    (name,) = _MANIFEST["patches"]
+    return REPO_ROOT / "patches" / TARGET / name
 
 
-_HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+def index_blobs(patch: Path | None = None) -> dict[str, tuple[str, str]]:
+    """path -> (old, new) blob ids, as the patch's `index` lines state them."""
+    text = (patch or copy_patch_path()).read_text()
+    pattern = r"^diff --git a/\S+ b/(\S+)\n(?:(?!diff --git).*\n)*?index ([0-9a-f]+)\.\.([0-9a-f]+)"
+    return {path: (old, new) for path, old, new in re.findall(pattern, text, flags=re.M)}
 
 
-def parse(patch: Path | None = None) -> dict[str, FilePatch]:
-    """Both sides of every file in the patch (full-context hunks only)."""
-    text = (patch or copy_patch_path()).read_bytes()
-    body = text.split(b"\n-- \n")[0]  # drop the format-patch signature
-    files: dict[str, FilePatch] = {}
-    chunks = re.split(rb"^diff --git ", body, flags=re.M)[1:]
-    for chunk in chunks:
-        lines = chunk.split(b"\n")
-        m = re.match(rb"a/(\S+) b/(\S+)", lines[0])
-        path = m.group(2).decode()
-        idx = next(l for l in lines if l.startswith(b"index "))
-        old_blob, new_blob = re.match(rb"index ([0-9a-f]+)\.\.([0-9a-f]+)", idx).groups()
-        hunks = [i for i, l in enumerate(lines) if l.startswith(b"@@")]
-        if len(hunks) != 1:
-            raise ValueError(f"{path}: expected one full-context hunk, got {len(hunks)}")
-        h = _HUNK.match(lines[hunks[0]])
-        old_start, old_len = int(h.group(1)), int(h.group(2) or 1)
-        new_start, new_len = int(h.group(3)), int(h.group(4) or 1)
-        if old_start not in (0, 1) or new_start not in (0, 1):
-            raise ValueError(f"{path}: hunk does not start at line 1 (not full context)")
-        old: list[bytes] = []
-        new: list[bytes] = []
-        old_eol = new_eol = True
-        last = None
-        for line in lines[hunks[0] + 1 :]:
-            if len(old) == old_len and len(new) == new_len and not line.startswith(b"\\"):
-                break
-            if line.startswith(b"\\"):  # "\ No newline at end of file"
-                if last in (b" ", b"-"):
-                    old_eol = False
-                if last in (b" ", b"+"):
-                    new_eol = False
-                continue
-            tag, content = line[:1], line[1:]
-            last = tag
-            if tag in (b" ", b"-"):
-                old.append(content)
-            if tag in (b" ", b"+"):
-                new.append(content)
-        if len(old) != old_len or len(new) != new_len:
-            raise ValueError(f"{path}: hunk lengths do not add up")
-        old_bytes = b"\n".join(old) + (b"\n" if old and old_eol else b"")
-        new_bytes = b"\n".join(new) + (b"\n" if new and new_eol else b"")
-        files[path] = FilePatch(path, old_blob.decode(), new_blob.decode(), old_bytes, new_bytes)
-    return files
+def _tree() -> Path:
+    from conftest import tree_dir  # tests/ is on sys.path under pytest
+
+    return tree_dir(TARGET)
 
 
-def write_tree(dest: Path, side: str, patch: Path | None = None) -> Path:
-    """Write the pre-image (side='old') or post-image (side='new') files under dest."""
-    for fp in parse(patch).values():
-        out = dest / fp.path
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_bytes(fp.old if side == "old" else fp.new)
-    return dest
+def _git(*args: str) -> bytes:
+    return subprocess.run(["git", "-C", str(_tree()), *args], capture_output=True, check=True).stdout
+
+
+def image(side: str, path: str) -> bytes:
+    """The pre-image (side='old') or post-image (side='new') of one file."""
+    return _git("show", f"{REVS[side]}:{path}")
+
+
+def tree_blob(side: str, path: str) -> str:
+    return _git("rev-parse", f"{REVS[side]}:{path}").decode().strip()
+
+
+def file_blob(path: Path) -> str:
+    return subprocess.run(["git", "hash-object", str(path)], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def write_tree(dest: Path, side: str) -> Path:
+    """Export the whole pre-image or post-image tree under dest."""
+    from conftest import export_tree
+
+    return export_tree(TARGET, dest, REVS[side])
 
 
 def import_ext():

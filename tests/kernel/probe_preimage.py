@@ -1,10 +1,10 @@
-"""Probe: build the UNPATCHED copy.cu (rebuilt from the patch's pre-image side)
-the same way as the extension, in its own op namespace, and call it at N=64
-and N=16. Prints one JSON line. argv: build_dir"""
+"""Probe: build the UNPATCHED copy.cu (the tree's pre-image, rebuilt from the
+patch by `sgl-overlay fetch`) the same way as the extension, in its own op
+namespace, and call it at N=64 and N=16. Prints one JSON line.
+argv: build_dir preimage_copy_cu"""
 
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -14,9 +14,8 @@ import kernel_patch as kp
 sys.path.insert(0, str(kp.EXT_DIR / "python"))
 import sgl_kernel_ext  # noqa: E402
 
-build_dir = Path(sys.argv[1])
-src = kp.write_tree(Path(tempfile.mkdtemp()), "old") / kp.COPY_CU
-assert kp.blob_id(src.read_bytes()) == kp.PINNED_PREIMAGES[kp.COPY_CU]
+build_dir, src = Path(sys.argv[1]), Path(sys.argv[2])
+assert kp.file_blob(src) == kp.PINNED_PREIMAGES[kp.COPY_CU]
 ns = sgl_kernel_ext.load_jit(
     build_directory=str(build_dir),
     namespace="sgl_kernel_ext_preimage",

@@ -97,4 +97,4 @@ def test_wheel_carries_plugin_and_unchanged_sources(wheel_build):
         copy_cu = whl.read("sgl_kernel_ext/_csrc/copy.cu")
     assert "[sglang.srt.plugins]" in entry_points
     assert "sgl_kernel_ext.sglang_plugin:register" in entry_points
-    assert kp.blob_id(copy_cu) == kp.parse()[kp.COPY_CU].new_blob
+    assert copy_cu == kp.image("new", kp.COPY_CU)

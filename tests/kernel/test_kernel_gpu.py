@@ -3,8 +3,8 @@
 Skipped with a reason when no CUDA GPU is visible (CI); scripts/gpu_kernel.sh
 runs them on the device machine, also under compute-sanitizer memcheck.
 
-- The patched upstream test file (sgl-kernel/tests/test_copy.py, rebuilt from
-  the patch) runs against the extension. Stand-in: the real sgl-kernel wheel is
+- The patched upstream test file (sgl-kernel/tests/test_copy.py at HEAD of
+  build/trees/sgl-kernel, which the device call carries) runs against the extension. Stand-in: the real sgl-kernel wheel is
   not installed there, so a tiny `sgl_kernel` package (tests/kernel/
   kernel_gpu_shim.py) routes `sgl_kernel.elementwise.copy_to_gpu_no_ce` to
   torch.ops.sgl_kernel_ext.copy_to_gpu_no_ce. Nothing else is stubbed.
@@ -175,10 +175,12 @@ def test_unpatched_preimage_fails_at_16(tmp_path_factory):
 
     build = _build_dir(tmp_path_factory) / "preimage"
     build.mkdir(parents=True, exist_ok=True)
+    preimage = kp.write_tree(tmp_path_factory.mktemp("preimage_tree"), "old") / kp.COPY_CU
     result = run_probe(
         kp.EXT_DIR / "python",
         Path(__file__).with_name("probe_preimage.py"),
         str(build),
+        str(preimage),
         extra_env={"PYTHONPATH": os.pathsep.join([str(kp.EXT_DIR / "python"), str(Path(__file__).parent)])},
     )
     print(result)

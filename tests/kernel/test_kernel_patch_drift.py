@@ -1,9 +1,11 @@
 """The sgl-kernel patch and the extension's copy.cu cannot drift apart.
 
-- the patch's pre-image side (rebuilt from its full-context hunks) hashes to the
-  pinned upstream blobs, and its `index` lines say so too;
+- the pre-image side (the tree's `upstream` commit, which `sgl-overlay fetch`
+  rebuilt from the patch's full-context hunks) hashes to the pinned upstream
+  blobs, and the patch's `index` lines say so too;
 - sgl_kernel_ext/csrc/copy.cu has the blob id of the patch's post-image `index`
-  line, and `git apply` of the patch onto the rebuilt pre-image gives the same bytes;
+  line and the bytes of the tree's HEAD, and `git apply` of the patch onto the
+  pre-image gives the same bytes;
 - the post-image is clang-format clean (upstream's sgl-kernel style) and the
   patched test file black/isort clean.
 
@@ -25,28 +27,28 @@ EXT_COPY_CU = kp.EXT_DIR / "csrc" / "copy.cu"
 
 
 def test_preimage_blobs_are_the_pinned_ones():
-    files = kp.parse()
-    assert set(files) == {kp.COPY_CU, kp.TEST_COPY}
+    index = kp.index_blobs()
+    assert set(index) == {kp.COPY_CU, kp.TEST_COPY} == set(kp.PINNED_PREIMAGES)
     for path, pinned in kp.PINNED_PREIMAGES.items():
-        fp = files[path]
-        assert fp.old_blob == pinned, f"{path}: index line says {fp.old_blob}"
-        assert kp.blob_id(fp.old) == pinned, f"{path}: rebuilt pre-image is not the pinned blob"
-        assert kp.blob_id(fp.new) == fp.new_blob, f"{path}: post-image does not match its index line"
+        old_blob, new_blob = index[path]
+        assert old_blob == pinned, f"{path}: index line says {old_blob}"
+        assert kp.tree_blob("old", path) == pinned, f"{path}: rebuilt pre-image is not the pinned blob"
+        assert kp.tree_blob("new", path) == new_blob, f"{path}: post-image does not match its index line"
 
 
 def test_preimage_is_the_buggy_kernel():
-    old = kp.parse()[kp.COPY_CU].old.decode()
+    old = kp.image("old", kp.COPY_CU).decode()
     assert 'TORCH_CHECK(false, "unexpected N");' in old
     assert "copy_to_gpu_no_ce_impl<16>" not in old
-    new = kp.parse()[kp.COPY_CU].new.decode()
+    new = kp.image("new", kp.COPY_CU).decode()
     assert "unexpected N" not in new
     for n in (16, 32, 64, 72):
         assert f"copy_to_gpu_no_ce_impl<{n}>(input, output);" in new
 
 
 def test_extension_copy_cu_is_the_post_image_blob():
-    data = EXT_COPY_CU.read_bytes()
-    assert kp.blob_id(data) == kp.parse()[kp.COPY_CU].new_blob
+    assert kp.file_blob(EXT_COPY_CU) == kp.index_blobs()[kp.COPY_CU][1]
+    assert EXT_COPY_CU.read_bytes() == kp.image("new", kp.COPY_CU)
 
 
 def test_git_apply_to_rebuilt_preimage_gives_extension_copy_cu(tmp_path):
@@ -60,7 +62,7 @@ def test_git_apply_to_rebuilt_preimage_gives_extension_copy_cu(tmp_path):
         check=True,
     )
     assert (tmp_path / kp.COPY_CU).read_bytes() == EXT_COPY_CU.read_bytes()
-    assert kp.blob_id((tmp_path / kp.TEST_COPY).read_bytes()) == kp.parse()[kp.TEST_COPY].new_blob
+    assert kp.file_blob(tmp_path / kp.TEST_COPY) == kp.index_blobs()[kp.TEST_COPY][1]
 
 
 def _tool(name: str) -> str:
