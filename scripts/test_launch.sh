@@ -10,11 +10,15 @@ PIP=(-m pip install -q --disable-pip-version-check --progress-bar off)
 rm -rf "$VENV"
 python3 -m venv "$VENV"
 t0=$SECONDS
-wheel=$(ls dist/sglang-*+overlay.*.whl)
+# The patched wheel's file name and version, as the manifest derives them (install_wheels.sh too).
+read -r wheel version < <(.venv/bin/python -c 'from sgl_overlay.manifest import load_manifest
+from sgl_overlay.wheels import patched_wheel_name
+m = load_manifest(); t = m.get("sglang")
+print(f"dist/{patched_wheel_name(t, m.local_version)}", f"{t.version}+{m.local_version}")')
 "$VENV/bin/python" "${PIP[@]}" "$wheel" 2>&1 | grep -v "^WARNING: Location" || true
 "$VENV/bin/python" "${PIP[@]}" --no-deps dist/sgl_kernel_ext-*.whl
 echo "full install: $((SECONDS - t0)) s, $(du -sh "$VENV" | cut -f1)"
-"$VENV/bin/python" -m pip show sglang | grep -x "Version: 0.5.23+overlay.1"
+"$VENV/bin/python" -m pip show sglang | grep -x "Version: $version"
 (cd build && ../"$VENV"/bin/python -m sglang.launch_server --help > launch-help.txt 2>&1)
 grep -q -- "--moe-a2a-backend" build/launch-help.txt
 grep -q -- "--offload-group-size" build/launch-help.txt

@@ -9,7 +9,7 @@ from pathlib import Path
 from sgl_overlay import __version__, doctor, export, fetch, matrix, matrix_report, operations, tree, wheels
 from sgl_overlay.checkout import Checkout, detect
 from sgl_overlay.errors import OverlayError, UsageError
-from sgl_overlay.manifest import Manifest, default_patches_dir, load_manifest
+from sgl_overlay.manifest import Manifest, load_manifest
 from sgl_overlay.series import State
 from sgl_overlay.verify import verify_tree
 
@@ -156,8 +156,7 @@ def _print_status(co: Checkout) -> bool:
 
 def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    patches = args.patches or default_patches_dir()
-    manifest = load_manifest(patches)
+    manifest = load_manifest(args.patches)
     root = repo_root(manifest.path.parent)
     trees = (args.trees or root / "build" / "trees").resolve()
     cache = (args.cache or root / ".cache" / "wheels").resolve()
@@ -192,9 +191,10 @@ def run(argv: list[str] | None = None) -> int:
         runs = matrix.run_matrix(manifest, args.target, versions, opts)
         for path in matrix_report.write_outputs(runs, (args.out or root / "docs").resolve(), list(manifest.targets)):
             print(f"wrote {path}")
-        for problem in matrix.errors(runs):
+        problems = matrix.errors(runs)
+        for problem in problems:
             print(f"error: {problem}", file=sys.stderr)
-        return 1 if matrix.errors(runs) else 0
+        return 1 if problems else 0
     if args.command == "export":
         for target in manifest.select(args.target):
             for line in export.export_series(target, trees / target.name):
@@ -224,7 +224,7 @@ def run(argv: list[str] | None = None) -> int:
             ok &= _print_status(co)
         elif args.command == "check":
             try:
-                to_apply, _, warnings = operations.plan(co, args.strict)
+                to_apply, _, warnings = operations.check(co, args.strict)
             except OverlayError as exc:
                 print(f"would fail: {exc}")
                 ok = False

@@ -58,8 +58,8 @@ class Finding:
     fix: str = ""
 
 
-def probe(python: str, live: bool, site: Path | None = None) -> dict:
-    names = ["sglang", "sglang-kt", *KERNEL_DISTS, EXT_DIST] + (["--live"] if live else [])
+def probe(python: str, dists: list[str], live: bool, site: Path | None = None) -> dict:
+    names = [*dists, *KERNEL_DISTS, EXT_DIST] + (["--live"] if live else [])
     env = dict(os.environ)
     if site is not None:  # an install made with `pip install --target DIR`
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH", "")]))
@@ -114,13 +114,15 @@ def check_kernel(data: dict, dist_dir: Path) -> list[Finding]:
 def doctor(
     manifest: Manifest, python: str, dist_dir: Path, live: bool = True, site: Path | None = None
 ) -> tuple[list[str], bool]:
-    data = probe(python, live, site)
+    wheel_targets = [t for t in manifest.targets.values() if t.kind == "wheel"]
+    data = probe(python, [t.dist_name for t in wheel_targets], live, site)
     lines = [f"environment: {data['python']}"]
     findings: list[Finding] = []
-    for name in ("sglang", "sglang-kt"):
-        if name in data["dists"]:
-            lines.append(f"{name} {data['dists'][name]['version']} at {data['dists'][name]['root']}")
-            findings += check_python_target(manifest, name, data["dists"][name], dist_dir)
+    for target in wheel_targets:
+        info = data["dists"].get(target.dist_name)
+        if info is not None:
+            lines.append(f"{target.dist_name} {info['version']} at {info['root']}")
+            findings += check_python_target(manifest, target.name, info, dist_dir)
     for kname in (*KERNEL_DISTS, EXT_DIST):
         if kname in data["dists"]:
             lines.append(f"{kname} {data['dists'][kname]['version']}")

@@ -8,9 +8,8 @@ from pathlib import Path
 from sgl_overlay import gitutil
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.manifest import Target
+from sgl_overlay.patchfile import FULL_CONTEXT
 from sgl_overlay.tree import BASE_TAG, is_ready
-
-FULL_CONTEXT = "-U100000"  # the whole file: the patch then carries its own pre-image
 
 
 def export_series(target: Target, tree: Path) -> list[str]:

@@ -21,20 +21,21 @@ TOOL_IDENTITY = {
 
 
 def git(
-    repo: Path,
+    repo: Path | None,
     *args: str,
     check: bool = True,
     env: dict[str, str] | None = None,
     input: str | bytes | None = None,
     new_session: bool = False,
 ) -> subprocess.CompletedProcess:
-    """Run git in `repo`. `new_session` shields it from the terminal's Ctrl-C."""
+    """Run git in `repo` (None: outside any repository). `new_session` shields it from the
+    terminal's Ctrl-C."""
     full_env = dict(os.environ)
     full_env.update({"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0"})
     full_env.update(env or {})
     text = not isinstance(input, bytes)
     proc = subprocess.run(
-        ["git", "-C", str(repo), *args],
+        ["git", *(["-C", str(repo)] if repo is not None else []), *args],
         capture_output=True,
         text=text,
         env=full_env,
@@ -44,7 +45,8 @@ def git(
     if check and proc.returncode != 0:
         err = proc.stderr if text else proc.stderr.decode(errors="replace")
         first = err.strip().splitlines()[0] if err.strip() else f"exit {proc.returncode}"
-        raise OverlayError(f"git {' '.join(args[:2])} failed in {repo}: {first}")
+        where = f" in {repo}" if repo is not None else ""
+        raise OverlayError(f"git {' '.join(args[:2])} failed{where}: {first}")
     return proc
 
 
@@ -98,12 +100,17 @@ def blob_at(repo: Path, rev: str, path: str) -> str | None:
     return proc.stdout.strip() or None
 
 
-def hash_bytes(data: bytes) -> str:
-    """The git blob id of `data` (what `git hash-object` prints)."""
-    proc = subprocess.run(
-        ["git", "hash-object", "--stdin"], input=data, capture_output=True, check=True
-    )
-    return proc.stdout.decode().strip()
+def hash_bytes(data: bytes, write_to: Path | None = None) -> str:
+    """The git blob id of `data` (what `git hash-object` prints); with `write_to`, also
+    stored in that repository's object store."""
+    args = ["hash-object", *(["-w"] if write_to is not None else []), "--stdin"]
+    return git(write_to, *args, input=data).stdout.decode().strip()
+
+
+def cat_blob(repo: Path, rev: str, path: str) -> bytes | None:
+    """The bytes of `path` at `rev`, or None when it is not there."""
+    proc = git(repo, "cat-file", "blob", f"{rev}:{path}", check=False, input=b"")
+    return proc.stdout if proc.returncode == 0 else None
 
 
 def config_get(repo: Path, key: str) -> str | None:

@@ -7,6 +7,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from sgl_overlay.errors import OverlayError
 
 MANIFEST_NAME = "manifest.toml"
@@ -38,6 +40,11 @@ class Target:
     @property
     def label(self) -> str:
         return f"{self.name} {self.version}"
+
+    @property
+    def dist_name(self) -> str:
+        """The distribution's canonical name on the registry (and in an environment)."""
+        return canonicalize_name(self.requirement.split("==")[0].strip() or self.project_name or self.name)
 
 
 @dataclass(frozen=True)

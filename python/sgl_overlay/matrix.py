@@ -37,20 +37,19 @@ import dataclasses
 import os
 import re
 import subprocess
-import tempfile
 import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from sgl_overlay import fetch, gitutil, operations, tree
 from sgl_overlay.errors import OverlayError, UsageError
 from sgl_overlay.manifest import Manifest, Target
 from sgl_overlay.patchfile import Patch, read_patch
-from sgl_overlay.series import State, series_status
+from sgl_overlay.series import ScratchIndex, State, series_status
 
 SCHEMA = 1
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout this package sits in (its venvs)
@@ -67,12 +66,6 @@ LEGEND = {
     CONFLICT: "does not apply, not even 3-way; the failing hunk is named",
     ABSENT: "a file the patch modifies does not exist in that version (the feature is not there)",
     UPSTREAM: "the fix is already present upstream (the patch reverse-applies cleanly)",
-}
-_STATE_CLASS = {
-    State.APPLICABLE_3WAY: THREE_WAY,
-    State.CONFLICTING: CONFLICT,
-    State.ABSENT: ABSENT,
-    State.UPSTREAM: UPSTREAM,
 }
 _TEST_FILE = re.compile(r"(^|/)tests?/(.+/)?(test_[^/]*|[^/]*_test)\.py$")
 
@@ -120,7 +113,6 @@ class VersionRun:
     version: str
     wheel: str = ""
     sha256: str = ""
-    tree: str = ""
     error: str = ""
     cells: dict[str, Cell] = field(default_factory=dict)
 
@@ -183,11 +175,6 @@ def _version_key(v: str):
 # ----------------------------------------------------------------------------- wheels
 
 
-def _dist_name(target: Target) -> str:
-    name = target.requirement.split("==")[0].strip() or target.project_name or target.name
-    return canonicalize_name(name)
-
-
 def _cached_wheel(cache: Path, dist: str, version: str) -> Path | None:
     if not cache.is_dir():
         return None
@@ -210,7 +197,7 @@ def fetch_version_wheel(target: Target, version: str, cache: Path, offline: bool
     if target.kind == "wheel" and version == target.version:
         path = fetch.fetch_wheel(target, cache, offline)  # the pin: sha256 checked against the manifest
         return path, target.sha256
-    dist = _dist_name(target)
+    dist = target.dist_name
     path = _cached_wheel(cache, dist, version)
     if path is None:
         if offline:
@@ -228,59 +215,38 @@ def _version_target(target: Target, version: str, wheel: Path | None, sha: str, 
     if target.kind != "wheel":
         return dataclasses.replace(target, patches=patches)
     return dataclasses.replace(
-        target, version=version, requirement=f"{_dist_name(target)}=={version}", wheel=wheel.name if wheel else "",
-        sha256=sha, patches=patches,
-        # Pre-images of another version are what they are: layout must not insist on the pin.
-        preimages={} if version != target.version else target.preimages,
+        target, version=version, wheel=wheel.name if wheel else "", sha256=sha, patches=patches
     )
 
 
-def prepare_tree(vt: Target, dest: Path, wheel: Path | None, sha: str) -> str:
-    """A laid-out tree at its `upstream` commit, clean: reused when the same wheel made it."""
+def prepare_tree(vt: Target, dest: Path, wheel: Path | None, sha: str, pinned: bool) -> str:
+    """A laid-out tree at its `upstream` commit, clean: reused when the same wheel made it.
+    Only the pinned version must match the manifest's pre-image blobs."""
     if tree.is_ready(dest, vt) and gitutil.config_get(dest, "sgl-overlay.matrix-sha256") == (sha or "none"):
-        if gitutil.operation_in_progress(dest):
-            gitutil.git(dest, "am", "--abort", check=False)
-        gitutil.git(dest, "reset", "-q", "--hard", tree.BASE_TAG)
+        operations.rollback(dest, gitutil.out(dest, "rev-parse", tree.BASE_TAG))
         gitutil.git(dest, "clean", "-qfdx")
         return f"{dest} reused"
-    line = tree.lay_out(vt, dest, wheel, force=True)
+    line = tree.lay_out(vt, dest, wheel, force=True, check_pins=pinned)
     gitutil.git(dest, "config", "sgl-overlay.matrix-sha256", sha or "none")
     return line
 
 
-def _cat_blob(repo: Path, rev_path: str) -> bytes | None:
-    proc = gitutil.git(repo, "cat-file", "blob", rev_path, check=False, input=b"")
-    return proc.stdout if proc.returncode == 0 else None
-
-
-def seed_pinned_objects(dest: Path, pinned_tree: Path, patches: list[Patch]) -> int:
+def seed_pinned_objects(dest: Path, pinned_tree: Path, patches: list[Patch]) -> None:
     """Write the pinned pre-images and the series' intermediate blobs into `dest`'s object store.
 
     Lets `git apply --3way` / `git am -3` find the base each `index` line names. Nothing but
     loose objects is added to `dest` (no ref, commit or work-tree file changes).
     """
     paths = sorted({c.path for p in patches for c in p.changes if c.old_blob})
-    fd, index = tempfile.mkstemp(prefix="sgl-overlay-matrix-index-")
-    os.close(fd)
-    os.unlink(index)
-    env = {"GIT_INDEX_FILE": index}
-    seeded = 0
-    try:
-        gitutil.git(dest, "read-tree", "--empty", env=env)
+    with ScratchIndex(dest, base=None) as scratch:
         for path in paths:
-            data = _cat_blob(pinned_tree, f"{tree.BASE_TAG}:{path}")
+            data = gitutil.cat_blob(pinned_tree, tree.BASE_TAG, path)
             if data is None:
                 continue
-            blob = gitutil.git(dest, "hash-object", "-w", "--stdin", input=data).stdout.decode().strip()
-            gitutil.git(dest, "update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", env=env)
-            seeded += 1
+            blob = gitutil.hash_bytes(data, write_to=dest)
+            gitutil.git(dest, "update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", env=scratch.env)
         for p in patches:  # writes each post-image blob, i.e. the next patch's pre-image
-            gitutil.git(dest, "apply", "--cached", str(p.path), check=False, env=env)
-    finally:
-        for f in (index, index + ".lock"):
-            if os.path.exists(f):
-                os.unlink(f)
-    return seeded
+            scratch.apply(p.path)
 
 
 # ----------------------------------------------------------------------------- classification
@@ -303,30 +269,32 @@ def _hunk_of(patch: Patch, detail: str) -> str:
     return f"{path}: hunk at pinned line {line}"
 
 
-def _is_exact(patch: Patch, vtree: Path, pinned_tree: Path) -> tuple[bool, list[str]]:
-    """Every file the patch modifies is, in this version, the pinned blob or the patch's own
-    `index` pre-image (a variant authored on that version's file)."""
+def _differs_from_pin(patch: Patch, vtree: Path, vt: Target) -> list[str]:
+    """Files the patch modifies that are, in this version, neither the pinned blob nor the
+    patch's own `index` pre-image (a variant authored on that version's file)."""
     differ = []
     for c in patch.changes:
         if not c.old_blob:
             continue
         here = gitutil.blob_at(vtree, tree.BASE_TAG, c.path)
-        pin = gitutil.blob_at(pinned_tree, tree.BASE_TAG, c.path)
-        if here is None or not (here == pin or here.startswith(c.old_blob)):
+        if here is None or not (here == vt.preimages.get(c.path) or here.startswith(c.old_blob)):
             differ.append(c.path)
-    return not differ, differ
+    return differ
 
 
-def classify(vtree: Path, vt: Target, pinned_tree: Path) -> list[tuple[Patch, Cell]]:
+def classify(vtree: Path, vt: Target) -> list[tuple[Patch, Cell]]:
+    """One cell per patch of a tree freshly reset to `upstream` (so nothing is APPLIED yet)."""
     rows = []
     for st in series_status(vtree, vt):
-        if st.state in (State.APPLICABLE, State.APPLIED):
-            exact, differ = _is_exact(st.patch, vtree, pinned_tree)
-            if exact:
-                cell = Cell(EXACT, "pre-image blob ids equal the pin")
-            else:
-                offs = st.detail.replace(".; ", "; ").rstrip(".") or "no line offsets"
-                cell = Cell(OFFSETS, f"{', '.join(differ)} differ from the pin; {offs}")
+        if st.state == State.APPLICABLE:
+            differ = _differs_from_pin(st.patch, vtree, vt)
+            offs = st.detail.replace(".; ", "; ").rstrip(".") or "no line offsets"
+            cell = (Cell(OFFSETS, f"{', '.join(differ)} differ from the pin; {offs}") if differ
+                    else Cell(EXACT, "pre-image blob ids equal the pin"))
+        elif st.state == State.APPLICABLE_3WAY:
+            detail = st.detail if st.detail.startswith("patch failed") else ""
+            cell = Cell(THREE_WAY, detail and f"exact apply fails at {_hunk_of(st.patch, detail)}; "
+                                              "3-way merge is clean")
         elif st.state == State.CONFLICTING:
             cell = Cell(CONFLICT, f"{_hunk_of(st.patch, st.detail)} (fails exact and 3-way)")
         elif st.state == State.ABSENT:
@@ -334,7 +302,7 @@ def classify(vtree: Path, vt: Target, pinned_tree: Path) -> list[tuple[Patch, Ce
         elif st.state == State.UPSTREAM:
             cell = Cell(UPSTREAM, st.detail)
         else:
-            cell = Cell(_STATE_CLASS[st.state], st.detail)
+            raise OverlayError(f"{st.patch.label}: unexpected state {st.state.value} in a fresh matrix tree")
         rows.append((st.patch, cell))
     return rows
 
@@ -342,21 +310,14 @@ def classify(vtree: Path, vt: Target, pinned_tree: Path) -> list[tuple[Patch, Ce
 # ----------------------------------------------------------------------------- apply + tests
 
 
-def apply_and_commit(vtree: Path, patch: Patch, cell: Cell) -> str:
+def apply_and_commit(vtree: Path, patch: Patch) -> str:
     """`git am -3` one patch; '' on success, else a one-line reason (tree rolled back)."""
-    if cell.outcome == THREE_WAY:
-        exact = gitutil.git(vtree, "apply", "--check", str(patch.path), check=False)
-        errs = [l for l in exact.stderr.splitlines() if "patch failed" in l]
-        if errs:
-            cell.detail = f"exact apply fails at {_hunk_of(patch, errs[0])}; 3-way merge is clean"
     orig = gitutil.head(vtree)
     proc = operations.run_am(vtree, [patch.path], embedded=True)
     if proc.returncode == 0:
         return ""
     operations.rollback(vtree, orig)
-    lines = (proc.stdout + proc.stderr).strip().splitlines()
-    fallback = lines[-1] if lines else "git am failed"
-    return next((l for l in lines if "conflict" in l.lower() or l.startswith("error")), fallback)
+    return operations.am_failure(proc)
 
 
 def patch_test_files(patch: Patch) -> list[str]:
@@ -422,8 +383,7 @@ def _python_for(target: Target, spec: MatrixSpec, opts: Options) -> Path:
     if target.name in opts.python:
         return opts.python[target.name]
     venv = spec.venv or f".venvs/{target.name}"
-    candidates = [opts.root / venv / "bin" / "python", SOURCE_ROOT / venv / "bin" / "python"]
-    return next((p for p in candidates if p.exists()), candidates[0])
+    return _repo_path(f"{venv}/bin/python", opts)
 
 
 def _repo_path(rel: str, opts: Options) -> Path:
@@ -489,9 +449,8 @@ def run_target(target: Target, spec: MatrixSpec, opts: Options, log=print) -> Ta
         vt = _version_target(target, version, wheel, sha, files)
         dest = opts.build / f"{target.name}-{version}"
         t0 = time.monotonic()
-        line = prepare_tree(vt, dest, wheel, sha)
+        line = prepare_tree(vt, dest, wheel, sha, pinned=version == pinned_version)
         log(f"matrix {target.name} {version}: {line} ({time.monotonic() - t0:.1f} s)")
-        vr.tree = str(dest)
         return dest, vt, vr, stands_for
 
     pinned_version = target.version if wheel_kind else run.pinned[:12]
@@ -513,7 +472,7 @@ def run_target(target: Target, spec: MatrixSpec, opts: Options, log=print) -> Ta
             continue
         patches = [read_patch(p) for p in vt.patch_paths()]
         seed_pinned_objects(vtree, pinned_tree, patches)
-        rows = classify(vtree, vt, pinned_tree)
+        rows = classify(vtree, vt)
         applied: list[tuple[Patch, Cell]] = []
         for patch, cell in rows:
             rel = str(patch.path.relative_to(target.patch_dir))
@@ -522,7 +481,7 @@ def run_target(target: Target, spec: MatrixSpec, opts: Options, log=print) -> Ta
                 cell.detail = "the variant's pre-image blob ids are this version's files"
             vr.cells[stands_for[rel]] = cell
             if cell.outcome in APPLIES:
-                why = apply_and_commit(vtree, patch, cell)
+                why = apply_and_commit(vtree, patch)
                 if why:
                     cell.tests = TestResult("not run", f"git am -3 failed: {why}")
                 else:

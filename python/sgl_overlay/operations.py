@@ -71,7 +71,7 @@ def preimage_warnings(co: Checkout, st: dict[str, list[PatchStatus]]) -> list[st
         if any(s.state == State.APPLIED for s in st[target.name]):
             continue
         for problem in check_preimages(co.path, "HEAD", target):
-            if not problem.startswith("missing file"):
+            if problem.found is not None:  # a missing file is reported as ABSENT by the series
                 lines.append(f"{target.name}: pre-image differs: {problem}")
     return lines
 
@@ -106,10 +106,22 @@ def plan(co: Checkout, strict: bool) -> tuple[list[Path], dict[str, list[PatchSt
     return to_apply, st, warnings
 
 
+def check(co: Checkout, strict: bool = False) -> tuple[list[Path], dict[str, list[PatchStatus]], list[str]]:
+    """What `apply` would do, refusing exactly what `apply` refuses (the dry run of `check`)."""
+    ensure_writable(co)
+    return plan(co, strict)
+
+
+def am_failure(proc: subprocess.CompletedProcess) -> str:
+    """The line of a failed `git am` that names the conflict or error."""
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    fallback = lines[-1] if lines else "git am failed"
+    return next((l for l in lines if "conflict" in l.lower() or l.startswith("error")), fallback).strip()
+
+
 def apply(co: Checkout, strict: bool = False) -> list[str]:
     """Apply every pending patch of every target in one `git am -3`, or nothing at all."""
-    ensure_writable(co)
-    to_apply, st, warnings = plan(co, strict)
+    to_apply, st, warnings = check(co, strict)
     report = [f"warning: {w} (continuing; --strict refuses)" for w in warnings]
     if not to_apply:
         total = sum(len(rows) for rows in st.values())
@@ -122,10 +134,8 @@ def apply(co: Checkout, strict: bool = False) -> list[str]:
             rollback(co.path, orig)
             if caught:
                 raise Interrupted(f"interrupted: apply rolled back, {co.path} is as before (HEAD {orig[:12]})")
-            first = next((l for l in proc.stdout.splitlines() + proc.stderr.splitlines() if "conflict" in l.lower()
-                          or l.startswith("error")), "git am failed")
             raise OverlayError(
-                f"{stuck} did not apply in {co.path}: {first.strip()}; tree left unchanged "
+                f"{stuck} did not apply in {co.path}: {am_failure(proc)}; tree left unchanged "
                 "(see `sgl-overlay status`)"
             )
     report.append(f"applied {len(to_apply)} patch(es) to {co.path}: {orig[:12]} -> {gitutil.head(co.path)[:12]}")

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import unidiff
 from unidiff.constants import LINE_TYPE_CONTEXT, LINE_TYPE_NO_NEWLINE, LINE_TYPE_REMOVED
 
+from sgl_overlay import gitutil
 from sgl_overlay.errors import OverlayError
 
+# `git format-patch`/`git show` context for full-context targets: the whole file, so the
+# patch carries its own pre-image (and `git patch-id` sees the same hunks on both sides).
+FULL_CONTEXT = "-U100000"
 _INDEX = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)")
 _NULL = re.compile(r"^0+$")
 
@@ -40,9 +43,7 @@ class Patch:
 
 def _subject(path: Path, raw: bytes) -> str:
     # git's own mail parser, so "Subject: [PATCH 1/2] ..." folding and prefixes are handled as git am does.
-    proc = subprocess.run(
-        ["git", "mailinfo", "-b", "/dev/null", "/dev/null"], input=raw, capture_output=True
-    )
+    proc = gitutil.git(None, "mailinfo", "-b", "/dev/null", "/dev/null", input=raw, check=False)
     for line in proc.stdout.decode(errors="replace").splitlines():
         if line.startswith("Subject: "):
             return line[len("Subject: ") :].strip()
@@ -64,7 +65,7 @@ def read_patch(path: Path) -> Patch:
             f"corrupt patch file {path} ({exc}); restore it with `git checkout -- {path}`"
         ) from None
     # git's own parser must accept it too: it is what `git am` will run.
-    check = subprocess.run(["git", "apply", "--numstat", str(path)], capture_output=True, text=True)
+    check = gitutil.git(None, "apply", "--numstat", str(path), check=False)
     if check.returncode != 0:
         reason = (check.stderr.strip().splitlines() or ["git apply rejects it"])[0].removeprefix("error: ")
         raise OverlayError(f"corrupt patch file {path} ({reason}); restore it with `git checkout -- {path}`")
@@ -109,7 +110,7 @@ def preimage_from_full_context(patch: Patch, file_path: str) -> bytes:
         if len(pf) != 1 or pf[0].source_start not in (0, 1):
             raise OverlayError(
                 f"{patch.label}: {file_path} is not written with full-file context; "
-                "re-export it with `git format-patch -U100000`"
+                f"re-export it with `git format-patch {FULL_CONTEXT}`"
             )
         lines: list[str] = []
         last_type = None

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sgl_overlay import gitutil
 from sgl_overlay.manifest import Target
-from sgl_overlay.patchfile import Patch, read_patch
+from sgl_overlay.patchfile import FULL_CONTEXT, Patch, read_patch
 
 HISTORY_DEPTH = 2000  # how far back to look for commits made from the overlay's patches
 
@@ -35,8 +35,7 @@ class PatchStatus:
 
 
 def _patch_id(data: bytes) -> str:
-    proc = subprocess.run(["git", "patch-id", "--stable"], input=data, capture_output=True, check=True)
-    return proc.stdout.decode().split(" ")[0]
+    return gitutil.git(None, "patch-id", "--stable", input=data).stdout.decode().split(" ")[0]
 
 
 def find_commit(repo: Path, patch: Patch, full_context: bool) -> str:
@@ -48,7 +47,7 @@ def find_commit(repo: Path, patch: Patch, full_context: bool) -> str:
         if subject != patch.subject:
             continue
         wanted = wanted or _patch_id(patch.path.read_bytes())
-        ctx = ["-U100000"] if full_context else []
+        ctx = [FULL_CONTEXT] if full_context else []
         shown = gitutil.git(repo, "show", "--format=", *ctx, sha).stdout
         if _patch_id(shown.encode()) == wanted:
             return sha
@@ -56,15 +55,22 @@ def find_commit(repo: Path, patch: Patch, full_context: bool) -> str:
 
 
 class ScratchIndex:
-    """A private index seeded from HEAD: `git apply --cached` there never touches the tree."""
+    """A private index seeded from `base` (None: empty): `git apply --cached` there never
+    touches the tree. Use it as a context manager."""
 
-    def __init__(self, repo: Path):
+    def __init__(self, repo: Path, base: str | None = "HEAD"):
         self.repo = repo
         fd, self.path = tempfile.mkstemp(prefix="sgl-overlay-index-")
         os.close(fd)
         os.unlink(self.path)
         self.env = {"GIT_INDEX_FILE": self.path}
-        gitutil.git(repo, "read-tree", "HEAD", env=self.env)
+        gitutil.git(repo, "read-tree", *([base] if base else ["--empty"]), env=self.env)
+
+    def __enter__(self) -> "ScratchIndex":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def save(self) -> None:  # a failed `--3way` leaves unmerged entries: restore() drops them
         shutil.copyfile(self.path, self.path + ".saved")
@@ -122,8 +128,7 @@ def series_status(repo: Path, target: Target) -> list[PatchStatus]:
     """Classify each patch in order, applying the applicable ones to a scratch index as it goes."""
     patches = [read_patch(p) for p in target.patch_paths()]
     result: list[PatchStatus] = []
-    scratch = ScratchIndex(repo)
-    try:
+    with ScratchIndex(repo) as scratch:
         for patch in patches:
             sha = find_commit(repo, patch, target.full_context)
             if sha:
@@ -148,11 +153,10 @@ def series_status(repo: Path, target: Target) -> list[PatchStatus]:
                 continue
             scratch.save()
             three = scratch.apply(patch.path, "--3way")
+            # Both name the hunk where the exact apply failed.
             if three.returncode == 0:
-                result.append(PatchStatus(patch, State.APPLICABLE_3WAY))
+                result.append(PatchStatus(patch, State.APPLICABLE_3WAY, detail=_first_error(exact)))
                 continue
             scratch.restore()
             result.append(PatchStatus(patch, State.CONFLICTING, detail=_first_error(exact)))
-    finally:
-        scratch.close()
     return result

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from wheel.wheelfile import WheelFile
@@ -57,15 +58,25 @@ def _rebuild_from_patches(target: Target, dest: Path) -> int:
     return len(target.preimages)
 
 
-def check_preimages(repo: Path, rev: str, target: Target) -> list[str]:
-    """Lines naming each pinned file whose blob at `rev` differs from the manifest."""
+@dataclass(frozen=True)
+class PreimageMismatch:
+    path: str
+    expected: str
+    found: str | None  # None: the file is missing
+
+    def __str__(self) -> str:
+        if self.found is None:
+            return f"missing file {self.path} (expected blob {self.expected})"
+        return f"{self.path}: expected blob {self.expected}, found {self.found}"
+
+
+def check_preimages(repo: Path, rev: str, target: Target) -> list[PreimageMismatch]:
+    """Each pinned file whose blob at `rev` differs from the manifest (or is missing)."""
     problems = []
     for path, expected in target.preimages.items():
         found = gitutil.blob_at(repo, rev, path)
-        if found is None:
-            problems.append(f"missing file {path} (expected blob {expected})")
-        elif found != expected:
-            problems.append(f"{path}: expected blob {expected}, found {found}")
+        if found != expected:
+            problems.append(PreimageMismatch(path, expected, found))
     return problems
 
 
@@ -79,8 +90,9 @@ def is_ready(dest: Path, target: Target) -> bool:
     )
 
 
-def lay_out(target: Target, dest: Path, wheel: Path | None, force: bool = False) -> str:
-    """Create `dest` as a git tree of the pinned target (idempotent). Returns a status line."""
+def lay_out(target: Target, dest: Path, wheel: Path | None, force: bool = False, check_pins: bool = True) -> str:
+    """Create `dest` as a git tree of the pinned target (idempotent). Returns a status line.
+    `check_pins=False` (the matrix, for versions other than the pin) skips the pre-image check."""
     if is_ready(dest, target) and not force:
         return f"tree {target.name}: {dest} ready (upstream {target.version})"
     if dest.exists():
@@ -109,7 +121,7 @@ def lay_out(target: Target, dest: Path, wheel: Path | None, force: bool = False)
         msg = f"upstream {target.name} {target.version}\n\nSource: {target.wheel or target.upstream + '@' + target.commit}\n"
         gitutil.git(tmp, "commit", "-q", "-m", msg, env=gitutil.TOOL_IDENTITY)
         gitutil.git(tmp, "tag", BASE_TAG)
-        problems = check_preimages(tmp, BASE_TAG, target)
+        problems = check_preimages(tmp, BASE_TAG, target) if check_pins else []
         if problems:
             raise OverlayError(f"{target.label}: pinned pre-image differs: {problems[0]}; fix patches/manifest.toml")
         tmp.rename(dest)

@@ -159,6 +159,18 @@ def test_already_applied_changes_nothing(tmp_path: Path) -> None:
     assert snapshot(co) == before
 
 
+def test_check_refuses_what_apply_refuses(tmp_path: Path) -> None:
+    """`check` is apply's dry run: a dirty checkout fails it too, and nothing changes."""
+    ov = make_overlay(tmp_path)
+    co = _checkout(tmp_path, ov)
+    write(co, "python/sglang/hook.py", "my uncommitted work\n")
+    before = snapshot(co)
+    proc = cli("--patches", str(ov.patches), "check", "--checkout", str(co))
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert "would fail: " in proc.stdout and "has uncommitted changes in 1 file(s)" in proc.stdout, proc.stdout
+    assert snapshot(co) == before
+
+
 def test_usage_error_exits_2(tmp_path: Path) -> None:
     proc = cli("apply", "--no-such-flag")
     assert proc.returncode == 2
