@@ -424,22 +424,18 @@ def time_latency(torch, case: Case, iters: int, rng) -> dict:
 class Background:
     """Keeps pinned host-to-device copies queued on a side stream."""
 
-    def __init__(self, torch, chunk_mib: int = 512, chunks: int = 4):
+    def __init__(self, torch, chunk_mib: int = 512):
         self.torch = torch
         self.stream = torch.cuda.Stream()
         self.src = torch.empty(chunk_mib << 20, dtype=torch.uint8).pin_memory()
         self.dst = [torch.empty(chunk_mib << 20, dtype=torch.uint8, device="cuda") for _ in range(2)]
-        self.chunks = chunks
-        self.bytes = 0
         self.busy_throughout = True
-        self.t0 = None
 
     def top_up(self, seconds_ahead: float, gib_per_s: float) -> None:
         need = int(seconds_ahead * gib_per_s * (1 << 30) / self.src.numel()) + 1
         with self.torch.cuda.stream(self.stream):
             for i in range(need):
                 self.dst[i % 2].copy_(self.src, non_blocking=True)
-                self.bytes += self.src.numel()
 
     def still_busy(self) -> bool:
         busy = not self.stream.query()
@@ -458,18 +454,12 @@ class Background:
 
 
 def import_ext():
-    """sgl_kernel_ext: an installed copy (prebuilt _C) first, else the source tree."""
-    import importlib
+    """sgl_kernel_ext: an installed copy (prebuilt _C) first, else the source tree
+    (appended to the path; a regular package also wins over the repo's namespace dir)."""
+    sys.path.append(str(Path(__file__).resolve().parents[1] / "sgl_kernel_ext" / "python"))
+    import sgl_kernel_ext
 
-    try:
-        mod = importlib.import_module("sgl_kernel_ext")
-        if hasattr(mod, "ensure_loaded"):
-            return mod
-    except ImportError:
-        pass
-    sys.modules.pop("sgl_kernel_ext", None)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sgl_kernel_ext" / "python"))
-    return importlib.import_module("sgl_kernel_ext")
+    return sgl_kernel_ext
 
 
 def run_gpu(args) -> dict:
@@ -557,8 +547,6 @@ def run_smoke(args) -> dict:
         report["results"][str(n)] = row
     report["ratios"] = ratio_table(report["results"])
     report["machine"]["clocks_end"] = ""
-    if args.launch_json:
-        report["launch_cost"] = json.loads(Path(args.launch_json).read_text())
     return report
 
 
@@ -585,12 +573,9 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.smoke:
-        report = run_smoke(args)
-    else:
-        report = run_gpu(args)
-        if args.launch_json:
-            report["launch_cost"] = json.loads(Path(args.launch_json).read_text())
+    report = run_smoke(args) if args.smoke else run_gpu(args)
+    if args.launch_json:
+        report["launch_cost"] = json.loads(Path(args.launch_json).read_text())
     paths = write_outputs(report, Path(args.out_dir), args.stem)
     print(to_markdown(report))
     print("wrote " + ", ".join(str(p) for p in paths.values()))

@@ -4,7 +4,6 @@ The sources are also copied into the package (sgl_kernel_ext/_csrc) so that an
 installed copy can rebuild itself on the fly with sgl_kernel_ext.load_jit().
 """
 
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -27,37 +26,26 @@ class BuildPyWithSources(build_py):
 
 
 def ext_modules():
-    if os.environ.get("SGL_KERNEL_EXT_SKIP_BUILD") == "1":
-        return []
     sys.path.insert(0, str(HERE / "python"))
-    from sgl_kernel_ext._build import compile_flags, default_arch_list, ensure_cuda_home, extra_include_dirs
+    from sgl_kernel_ext._build import prepare
 
-    ensure_cuda_home()
-    import torch
-    from torch.utils.cpp_extension import CUDA_HOME, CUDAExtension
+    cxx, nvcc, include_dirs = prepare()
+    from torch.utils.cpp_extension import CUDAExtension
 
-    if not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
-        os.environ["TORCH_CUDA_ARCH_LIST"] = default_arch_list()
-    cxx, nvcc = compile_flags()
     return [
         CUDAExtension(
             name="sgl_kernel_ext._C",
             sources=[str(Path("csrc") / name) for name in SOURCES],
-            include_dirs=extra_include_dirs(CUDA_HOME),
+            include_dirs=include_dirs,
             extra_compile_args={"cxx": cxx, "nvcc": nvcc},
-            # e.g. -static-libstdc++ where the host toolchain's libstdc++ differs from the process's
-            extra_link_args=os.environ.get("SGL_KERNEL_EXT_LDFLAGS", "").split(),
         )
     ]
 
 
 def cmdclass():
-    classes = {"build_py": BuildPyWithSources}
-    if os.environ.get("SGL_KERNEL_EXT_SKIP_BUILD") != "1":
-        from torch.utils.cpp_extension import BuildExtension
+    from torch.utils.cpp_extension import BuildExtension
 
-        classes["build_ext"] = BuildExtension
-    return classes
+    return {"build_py": BuildPyWithSources, "build_ext": BuildExtension}
 
 
 setup(ext_modules=ext_modules(), cmdclass=cmdclass())

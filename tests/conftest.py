@@ -86,13 +86,15 @@ def stock_root(tmp_path_factory):
 
 
 def run_probe(root: Path, script: Path, *args: str, python: str = sys.executable,
-              extra_env: dict[str, str] | None = None, flags: tuple[str, ...] = ()) -> dict:
-    """Run `python [flags] script args` with `root` first on PYTHONPATH; parse its JSON.
+              extra_env: dict[str, str] | None = None, flags: tuple[str, ...] = (),
+              extra_path: tuple[Path, ...] = ()) -> dict:
+    """Run `python [flags] script args` with `root` first on PYTHONPATH (then `extra_path`
+    and tests/); parse its JSON.
 
     The probe must print exactly one JSON document on its last stdout line.
     """
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(root), str(REPO_ROOT / "tests")])
+    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in [root, *extra_path, REPO_ROOT / "tests"])
     env.update(extra_env or {})
     proc = subprocess.run(
         [python, *flags, str(script), *args], capture_output=True, text=True, env=env,
@@ -118,5 +120,5 @@ def run_pytest(package_roots: list[Path], test_file: Path, cwd: Path,
         args += ["-p", plugin]
     return subprocess.run(
         [*args, "--rootdir", str(cwd), str(test_file)],
-        capture_output=True, text=True, env=env, cwd=cwd, timeout=600,
+        capture_output=True, text=True, env=env, cwd=cwd, timeout=1200,
     )

@@ -3,7 +3,9 @@
 Used to run sgl-kernel's own test file (sgl-kernel/tests/test_copy.py, patched)
 against sgl_kernel_ext: the real sgl-kernel wheel is not installed where the
 GPU tests run, so `import sgl_kernel` and `from sgl_kernel.elementwise import
-copy_to_gpu_no_ce` must resolve to torch.ops.sgl_kernel_ext. This shim is that
+copy_to_gpu_no_ce` must resolve to the extension. The name is bound to what the
+sglang plugin installs in production (`sgl_kernel_ext.sglang_plugin.replacement()`),
+so the upstream test runs the exact call path sglang gets. This shim is that
 routing and nothing else: the kernel code is the patch's post-image copy.cu.
 """
 
@@ -24,11 +26,9 @@ except ImportError:
 from sgl_kernel.elementwise import copy_to_gpu_no_ce  # noqa: E402,F401
 '''
 
-ELEMENTWISE = '''import torch
+ELEMENTWISE = '''from sgl_kernel_ext.sglang_plugin import replacement
 
-
-def copy_to_gpu_no_ce(input: torch.Tensor, output: torch.Tensor):
-    torch.ops.sgl_kernel_ext.copy_to_gpu_no_ce(input, output)
+copy_to_gpu_no_ce = replacement()
 '''
 
 

@@ -68,18 +68,12 @@ def write_tree(dest: Path, side: str) -> Path:
 
 
 def import_ext():
-    """Import sgl_kernel_ext: an installed copy first (it has the prebuilt _C),
-    else the source tree (sgl_kernel_ext/python; it then needs load_jit())."""
-    import importlib
+    """Import sgl_kernel_ext: an installed copy first (it has the prebuilt _C), else the
+    source tree, appended to the path (it then needs load_jit()). A regular package wins
+    over the repo's top-level sgl_kernel_ext/ directory, a namespace package."""
     import sys
 
-    try:
-        mod = importlib.import_module("sgl_kernel_ext")
-        if hasattr(mod, "ensure_loaded"):
-            return mod
-    except ImportError:
-        pass
-    # not installed (or only the repo's top-level directory, a namespace package)
-    sys.modules.pop("sgl_kernel_ext", None)
-    sys.path.insert(0, str(EXT_DIR / "python"))
-    return importlib.import_module("sgl_kernel_ext")
+    sys.path.append(str(EXT_DIR / "python"))
+    import sgl_kernel_ext
+
+    return sgl_kernel_ext

@@ -6,7 +6,6 @@ extension's python dir. Prints one JSON line.
 """
 
 import ast
-import inspect
 import json
 
 import torch

@@ -10,9 +10,7 @@ from pathlib import Path
 import torch
 
 import kernel_patch as kp
-
-sys.path.insert(0, str(kp.EXT_DIR / "python"))
-import sgl_kernel_ext  # noqa: E402
+import sgl_kernel_ext  # PYTHONPATH: the extension's source tree first
 
 build_dir, src = Path(sys.argv[1]), Path(sys.argv[2])
 assert kp.file_blob(src) == kp.PINNED_PREIMAGES[kp.COPY_CU]

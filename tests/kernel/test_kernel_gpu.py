@@ -21,8 +21,6 @@ is compiled on the fly (SGL_KERNEL_EXT_BUILD_DIR caches the build).
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -37,11 +35,12 @@ pytestmark = pytest.mark.skipif(
     not HAS_GPU, reason="no CUDA GPU visible: GPU tests run on the device machine (scripts/gpu_kernel.sh)"
 )
 UNDER_SANITIZER = os.environ.get("SGL_KERNEL_EXT_UNDER_SANITIZER") == "1"
-EXT_PY = kp.EXT_DIR / "python"
 INT32 = torch.iinfo(torch.int32)
 
 
-def _build_dir(tmp_path_factory) -> Path:
+@pytest.fixture(scope="session")
+def build_dir(tmp_path_factory) -> Path:
+    """One JIT build cache for this session and its child processes."""
     env = os.environ.get("SGL_KERNEL_EXT_BUILD_DIR")
     path = Path(env) if env else tmp_path_factory.mktemp("sgl_kernel_ext_build")
     path.mkdir(parents=True, exist_ok=True)
@@ -49,12 +48,12 @@ def _build_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def ext(tmp_path_factory):
+def ext(build_dir):
     sgl_kernel_ext = kp.import_ext()
     try:
         how = sgl_kernel_ext.ensure_loaded()
     except ImportError:
-        how = sgl_kernel_ext.load_jit(build_directory=str(_build_dir(tmp_path_factory) / "post"))
+        how = sgl_kernel_ext.load_jit(build_directory=str(build_dir / "post"))
     print(f"sgl_kernel_ext loaded: {how} ({sgl_kernel_ext.__file__})")
     return torch.ops.sgl_kernel_ext
 
@@ -147,42 +146,31 @@ def test_kernel_choice(ext):
         assert "copy_to_gpu_no_ce_fallback_kernel" in seen[n], seen[n]
 
 
-def test_upstream_test_file_against_extension(ext, tmp_path, tmp_path_factory):
+def test_upstream_test_file_against_extension(ext, build_dir, tmp_path, monkeypatch):
+    from conftest import run_pytest
+
     tree = kp.write_tree(tmp_path / "tree", "new")
     upstream_test = tree / kp.TEST_COPY
     # the patched file is the one the patch adds lines to, not the 2-size original
     assert "[16, 17, 32, 64, 72, 512]" in upstream_test.read_text()
     shim = write_shim(tmp_path / "shim")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(shim), _ext_import_dir(), env.get("PYTHONPATH", "")])
-    env.setdefault("SGL_KERNEL_EXT_BUILD_DIR", str(_build_dir(tmp_path_factory) / "post"))
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", str(upstream_test)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tree,
-        timeout=1200,
-    )
+    if not os.environ.get("SGL_KERNEL_EXT_BUILD_DIR"):
+        monkeypatch.setenv("SGL_KERNEL_EXT_BUILD_DIR", str(build_dir / "post"))
+    proc = run_pytest([shim, Path(_ext_import_dir())], upstream_test, tree)
     print(proc.stdout[-20000:])
     assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-4000:]
     assert " passed" in proc.stdout and " failed" not in proc.stdout
 
 
 @pytest.mark.skipif(UNDER_SANITIZER, reason="builds a second extension; run once outside the sanitizer")
-def test_unpatched_preimage_fails_at_16(tmp_path_factory):
+def test_unpatched_preimage_fails_at_16(build_dir, tmp_path):
     from conftest import run_probe
 
-    build = _build_dir(tmp_path_factory) / "preimage"
+    build = build_dir / "preimage"
     build.mkdir(parents=True, exist_ok=True)
-    preimage = kp.write_tree(tmp_path_factory.mktemp("preimage_tree"), "old") / kp.COPY_CU
-    result = run_probe(
-        kp.EXT_DIR / "python",
-        Path(__file__).with_name("probe_preimage.py"),
-        str(build),
-        str(preimage),
-        extra_env={"PYTHONPATH": os.pathsep.join([str(kp.EXT_DIR / "python"), str(Path(__file__).parent)])},
-    )
+    preimage = kp.write_tree(tmp_path, "old") / kp.COPY_CU
+    here = Path(__file__).parent
+    result = run_probe(kp.EXT_DIR / "python", here / "probe_preimage.py", str(build), str(preimage), extra_path=(here,))
     print(result)
     assert result["64"] == {"ok": True}
     assert "error" in result["16"] and "unexpected N" in result["16"]["error"]

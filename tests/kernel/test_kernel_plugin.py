@@ -11,7 +11,6 @@ extension's op (it needs a GPU) is replaced by a recorder in the probe.
 
 from __future__ import annotations
 
-import os
 import tomllib
 from pathlib import Path
 
@@ -53,10 +52,8 @@ def _layout(tmp_path: Path) -> Path:
 def _probe(stock_root, tmp_path, **env):
     site = _layout(tmp_path)
     root = stock_root("sglang")
-    path = os.pathsep.join([str(root), str(site), str(kp.EXT_DIR / "python"), str(HERE)])
-    extra = {"PYTHONPATH": path, "SGLANG_PLUGINS": "", "SGL_KERNEL_EXT_DISABLE": ""}
-    extra.update(env)
-    return run_probe(root, HERE / "probe_plugin.py", extra_env=extra)
+    extra = {"SGLANG_PLUGINS": "", "SGL_KERNEL_EXT_DISABLE": "", **env}
+    return run_probe(root, HERE / "probe_plugin.py", extra_env=extra, extra_path=(site, kp.EXT_DIR / "python", HERE))
 
 
 def test_pyproject_declares_the_plugin():

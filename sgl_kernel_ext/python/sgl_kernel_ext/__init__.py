@@ -10,13 +10,13 @@ the schema sgl-kernel uses for ``torch.ops.sgl_kernel.copy_to_gpu_no_ce``.
   fallback kernel at any N.
 - ``load_jit()``: compile the sources on the fly with torch.utils.cpp_extension
   instead of importing the prebuilt ``sgl_kernel_ext._C``.
-- ``patch_sgl_kernel()``: make an installed sgl_kernel use this op (what the
-  sglang plugin in ``sgl_kernel_ext.sglang_plugin`` does).
+
+The sglang plugin (``sgl_kernel_ext.sglang_plugin``) makes sglang call
+``copy_to_gpu_no_ce`` in place of sgl_kernel's.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
@@ -28,7 +28,6 @@ __all__ = [
     "copy_to_gpu_no_ce_fallback",
     "ensure_loaded",
     "load_jit",
-    "patch_sgl_kernel",
     "source_dir",
 ]
 
@@ -37,6 +36,7 @@ MAX_N = 512
 _SOURCES = ("copy.cu", "registration.cc")
 
 _loaded_from: str | None = None
+_ops: dict = {}  # op name -> torch.ops handle, looked up once (the copy is on a hot path)
 
 
 def _registered(namespace: str = NAMESPACE) -> bool:
@@ -70,20 +70,13 @@ def load_jit(
     another copy.cu (e.g. the unpatched pre-image) next to this one.
     """
     global _loaded_from
-    from ._build import compile_flags, default_arch_list, ensure_cuda_home, extra_include_dirs
-
-    cuda_home = ensure_cuda_home()
-    import torch.utils.cpp_extension as cpp_extension
-
-    if cuda_home and cpp_extension.CUDA_HOME != cuda_home:
-        # imported before ensure_cuda_home() could set the environment
-        cpp_extension.CUDA_HOME = cuda_home
-
     if _registered(namespace):
         return namespace
-    if not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
-        os.environ["TORCH_CUDA_ARCH_LIST"] = default_arch_list()
-    cxx, nvcc = compile_flags()
+    from ._build import prepare
+
+    cxx, nvcc, include_dirs = prepare()
+    import torch.utils.cpp_extension as cpp_extension
+
     defines = [f"-DSGL_KERNEL_EXT_NAMESPACE={namespace}", *(extra_cflags or [])]
     srcs = sources or [str(source_dir() / name) for name in _SOURCES]
     cpp_extension.load(
@@ -91,7 +84,7 @@ def load_jit(
         sources=srcs,
         extra_cflags=cxx + defines,
         extra_cuda_cflags=nvcc + defines,
-        extra_include_paths=extra_include_dirs(cpp_extension.CUDA_HOME),
+        extra_include_paths=include_dirs,
         build_directory=build_directory,
         is_python_module=False,
         verbose=verbose,
@@ -118,39 +111,21 @@ def ensure_loaded() -> str:
     return _loaded_from
 
 
+def _op(name: str):
+    op = _ops.get(name)
+    if op is None:
+        ensure_loaded()
+        op = _ops[name] = getattr(torch.ops.sgl_kernel_ext, name)
+    return op
+
+
 def copy_to_gpu_no_ce(input: torch.Tensor, output: torch.Tensor) -> None:
     """Copy a 1-D int32 CPU tensor of 1..512 elements into a CUDA tensor of the
     same size through a kernel argument (no copy engine)."""
-    if not _registered():
-        ensure_loaded()
-    torch.ops.sgl_kernel_ext.copy_to_gpu_no_ce(input, output)
+    _op("copy_to_gpu_no_ce")(input, output)
 
 
 def copy_to_gpu_no_ce_fallback(input: torch.Tensor, output: torch.Tensor) -> None:
     """Benchmark-only: like copy_to_gpu_no_ce but always the fallback kernel."""
-    if not _registered():
-        ensure_loaded()
-    torch.ops.sgl_kernel_ext.copy_to_gpu_no_ce_fallback(input, output)
+    _op("copy_to_gpu_no_ce_fallback")(input, output)
 
-
-def patch_sgl_kernel() -> list[str]:
-    """Point an imported sgl_kernel at this op, in this process.
-
-    Replaces ``sgl_kernel.elementwise.copy_to_gpu_no_ce`` (the name sglang's
-    ``srt/layers/moe/moe_runner/deep_gemm.py`` imports at each call) and the
-    ``sgl_kernel.copy_to_gpu_no_ce`` re-export. ``torch.ops.sgl_kernel`` itself
-    is left alone. Returns the names replaced.
-    """
-    import sys
-
-    import sgl_kernel.elementwise as elementwise
-
-    replaced = []
-    original = getattr(elementwise, "copy_to_gpu_no_ce", None)
-    elementwise.copy_to_gpu_no_ce = copy_to_gpu_no_ce
-    replaced.append("sgl_kernel.elementwise.copy_to_gpu_no_ce")
-    top = sys.modules.get("sgl_kernel")
-    if top is not None and original is not None and getattr(top, "copy_to_gpu_no_ce", None) is original:
-        top.copy_to_gpu_no_ce = copy_to_gpu_no_ce
-        replaced.append("sgl_kernel.copy_to_gpu_no_ce")
-    return replaced

@@ -1,4 +1,4 @@
-"""Build settings shared by setup.py and load_jit() (standard library only)."""
+"""Build preparation shared by setup.py and load_jit()."""
 
 from __future__ import annotations
 
@@ -12,25 +12,24 @@ from pathlib import Path
 DEFAULT_ARCH_LIST = "9.0+PTX"
 
 
-def default_arch_list() -> str:
-    return DEFAULT_ARCH_LIST
-
-
-def compile_flags() -> tuple[list[str], list[str]]:
-    """(cxx, nvcc) flags.
+def prepare() -> tuple[list[str], list[str], list[str]]:
+    """(cxx flags, nvcc flags, include dirs), after setting what torch.utils.cpp_extension
+    reads: CUDA_HOME (see ensure_cuda_home) and, on a machine without a GPU,
+    TORCH_CUDA_ARCH_LIST.
 
     No -std flag: torch.utils.cpp_extension adds the standard the installed torch
     was built with (-std=c++20 for torch 2.14.1, whose headers need it; -std=c++17
-    for torch 2.11). Forcing C++20 onto torch 2.11's headers built an extension
-    whose error path (a failed TORCH_CHECK) crashed the process on an H200 run.
+    for torch 2.11).
     """
-    cxx = ["-O3"]
-    nvcc = ["-O3"]
-    ns = os.environ.get("SGL_KERNEL_EXT_NAMESPACE")
-    if ns:
-        cxx.append(f"-DSGL_KERNEL_EXT_NAMESPACE={ns}")
-        nvcc.append(f"-DSGL_KERNEL_EXT_NAMESPACE={ns}")
-    return cxx, nvcc
+    cuda_home = ensure_cuda_home()
+    import torch
+    import torch.utils.cpp_extension as cpp_extension
+
+    if cuda_home and cpp_extension.CUDA_HOME != cuda_home:
+        cpp_extension.CUDA_HOME = cuda_home  # imported before the environment was set
+    if not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
+        os.environ["TORCH_CUDA_ARCH_LIST"] = DEFAULT_ARCH_LIST
+    return ["-O3"], ["-O3"], extra_include_dirs(cpp_extension.CUDA_HOME)
 
 
 def extra_include_dirs(cuda_home: str | None = None) -> list[str]:

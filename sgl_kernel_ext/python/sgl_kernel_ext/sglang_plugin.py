@@ -23,10 +23,12 @@ logger = logging.getLogger(__name__)
 TARGET = "sgl_kernel.elementwise.copy_to_gpu_no_ce"
 
 
-def copy_to_gpu_no_ce(input, output):
-    from sgl_kernel_ext import copy_to_gpu_no_ce as impl
+def replacement():
+    """The function register() installs: the extension's wrapper, looked up once here
+    rather than at each call (the extension itself loads at the first call)."""
+    import sgl_kernel_ext
 
-    impl(input, output)
+    return sgl_kernel_ext.copy_to_gpu_no_ce
 
 
 def register() -> bool:
@@ -35,6 +37,6 @@ def register() -> bool:
         return False
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    HookRegistry.register(TARGET, copy_to_gpu_no_ce, HookType.REPLACE)
+    HookRegistry.register(TARGET, replacement(), HookType.REPLACE)
     logger.info("sgl_kernel_ext: %s -> torch.ops.sgl_kernel_ext", TARGET)
     return True
