@@ -235,27 +235,32 @@ GENERIC_DP = [
 ]
 
 
-def startup(python, root, cases):
-    return run_probe(root, STARTUP, json.dumps(cases), python=python)
+ALL_CASES = [c for c, _, _ in TABLE.values()] + NON_K3 + GENERIC_DP
+OVER, AT_CAP = "8321:8320", "8320:8320"  # rows:cap pairs of the runtime probe
 
 
 @pytest.fixture(scope="module")
-def python():
-    import sys
-
-    return sys.executable
+def patched(patched_root):
+    return run_probe(patched_root("sglang"), STARTUP, json.dumps(ALL_CASES))
 
 
 @pytest.fixture(scope="module")
-def patched(patched_root, python):
-    cases = [c for c, _, _ in TABLE.values()] + NON_K3 + GENERIC_DP
-    return startup(python, patched_root("sglang"), cases)
+def stock(stock_root):
+    return run_probe(stock_root("sglang"), STARTUP, json.dumps(ALL_CASES))
 
 
 @pytest.fixture(scope="module")
-def stock(stock_root, python):
-    cases = [c for c, _, _ in TABLE.values()] + NON_K3 + GENERIC_DP
-    return startup(python, stock_root("sglang"), cases)
+def runtime(patched_root, stock_root):
+    """(tree, flags) -> the runtime probe's results for OVER and AT_CAP: one process each."""
+    cache = {}
+
+    def get(tree, flags=()):
+        if (tree, flags) not in cache:
+            root = {"patched": patched_root, "stock": stock_root}[tree]("sglang")
+            cache[tree, flags] = run_probe(root, RUNTIME, OVER, AT_CAP, flags=flags)
+        return cache[tree, flags]
+
+    return get
 
 
 @pytest.mark.parametrize("name", sorted(TABLE))
@@ -338,9 +343,8 @@ def test_non_k3_models_unchanged(stock, patched):
 
 
 @pytest.mark.parametrize("flags", [(), ("-O",)], ids=["asserts", "python-O"])
-def test_patched_runtime_cap(patched_root, python, flags):
-    root = patched_root("sglang")
-    over = run_probe(root, RUNTIME, "8321", "8320", python=python, flags=flags)
+def test_patched_runtime_cap(runtime, flags):
+    over, at_cap = runtime("patched", flags)[OVER], runtime("patched", flags)[AT_CAP]
     assert over["asserts"] is (not flags)
     assert over["error_type"] == "RuntimeError"
     assert over["kernel_rows"] is None
@@ -350,19 +354,17 @@ def test_patched_runtime_cap(patched_root, python, flags):
         f"Set {CAP_ENV} to at least 8321 ("
     )
     assert "--chunked-prefill-size / --cuda-graph-max-bs-decode" in over["error"]
-    at_cap = run_probe(root, RUNTIME, "8320", "8320", python=python, flags=flags)
     assert at_cap["error_type"] is None, at_cap["error"]
     assert at_cap["kernel_rows"] == 8320
     assert at_cap["out_rows"] == 8320
 
 
-def test_stock_runtime_cap_vanishes_under_O(stock_root, python):
-    root = stock_root("sglang")
-    over = run_probe(root, RUNTIME, "8321", "8320", python=python)
+def test_stock_runtime_cap_vanishes_under_O(runtime):
+    over = runtime("stock")[OVER]
     assert over["error_type"] == "AssertionError"
     # Under -O the check is gone: the fused kernel is launched with more rows
     # than its buffer holds.
-    over_o = run_probe(root, RUNTIME, "8321", "8320", python=python, flags=("-O",))
+    over_o = runtime("stock", ("-O",))[OVER]
     assert over_o["asserts"] is False
     assert over_o["error_type"] is None
     assert over_o["kernel_rows"] == 8321

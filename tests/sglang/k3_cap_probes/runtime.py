@@ -1,13 +1,13 @@
 """Probe: call the real ``KimiK3MoE._forward_mega_experts`` with a given row count.
 
-argv: rows cap. The module is sglang's own class, made with ``__new__`` and given
+argv: one or more ``rows:cap`` pairs, run in this one process. The module is sglang's own class, made with ``__new__`` and given
 only the attributes that method reads; the EP width and group are stated through
 sglang's ``get_parallel().override``. Stubbed, because they are native kernels that
 cannot run on a CPU: the ``deep_gemm`` module (symmetric buffer, fused MegaMoE
 kernel) and ``sglang.kernels.ops.moe.dsv4.mega_moe_pre_dispatch`` (a JIT CUDA
-kernel). Prints {"error_type", "error", "kernel_rows", "out_rows", "asserts"}:
-"kernel_rows" is the row count the fused kernel was launched with (null if it was
-not reached).
+kernel). Prints {"rows:cap": {"error_type", "error", "kernel_rows", "out_rows",
+"asserts"}, ...}: "kernel_rows" is the row count the fused kernel was launched with
+(null if it was not reached).
 """
 
 import json
@@ -29,7 +29,6 @@ TOP_K = 2
 
 
 def main():
-    rows, cap = int(sys.argv[1]), int(sys.argv[2])
     deep_gemm = ModuleType("deep_gemm")
     deep_gemm.get_num_sms = MagicMock(return_value=132)
     deep_gemm.get_symm_buffer_for_mega_moe = MagicMock(
@@ -60,26 +59,31 @@ def main():
     moe._mega_intermediate_size = 32
     moe.moe_hidden_size = HIDDEN
     moe.routed_scaling_factor = 1.0
-    topk_output = SimpleNamespace(
-        topk_ids=torch.zeros((rows, TOP_K), dtype=torch.int64),
-        topk_weights=torch.zeros((rows, TOP_K)),
-    )
-    result = {"error_type": None, "error": None, "out_rows": None, "asserts": __debug__}
-    with get_parallel().override(
-        moe_ep_size=8, moe_ep_group=SimpleNamespace(device_group=object())
-    ):
-        envs.SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK.set(cap)
-        try:
-            out = moe._forward_mega_experts(
-                torch.zeros((rows, HIDDEN), dtype=torch.bfloat16), topk_output
-            )
-        except Exception as exc:  # noqa: BLE001 - reported to the test
-            result["error_type"] = type(exc).__name__
-            result["error"] = str(exc)
-        else:
-            result["out_rows"] = out.shape[0]
-    result["kernel_rows"] = launched.get("rows")
-    print(json.dumps(result))
+    results = {}
+    for pair in sys.argv[1:]:
+        rows, cap = map(int, pair.split(":"))
+        launched.clear()
+        topk_output = SimpleNamespace(
+            topk_ids=torch.zeros((rows, TOP_K), dtype=torch.int64),
+            topk_weights=torch.zeros((rows, TOP_K)),
+        )
+        result = {"error_type": None, "error": None, "out_rows": None, "asserts": __debug__}
+        with get_parallel().override(
+            moe_ep_size=8, moe_ep_group=SimpleNamespace(device_group=object())
+        ):
+            envs.SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK.set(cap)
+            try:
+                out = moe._forward_mega_experts(
+                    torch.zeros((rows, HIDDEN), dtype=torch.bfloat16), topk_output
+                )
+            except Exception as exc:  # noqa: BLE001 - reported to the test
+                result["error_type"] = type(exc).__name__
+                result["error"] = str(exc)
+            else:
+                result["out_rows"] = out.shape[0]
+        result["kernel_rows"] = launched.get("rows")
+        results[pair] = result
+    print(json.dumps(results))
 
 
 if __name__ == "__main__":
