@@ -61,11 +61,13 @@ def patched_root():
     return get
 
 
-@pytest.fixture(scope="session")
-def patched_tree():
-    """Callable target -> the patched git tree, where the in-patch upstream tests live
-    (also when the package under test comes from an installed wheel)."""
-    return tree_dir
+def in_patch_test(target: str, rel: str) -> Path:
+    """A test file a patch adds, in the patched tree (also when the package under test
+    comes from an installed wheel, which does not ship upstream's test/ folder)."""
+    path = tree_dir(target) / rel
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: the patched {target} tree lacks the in-patch test; run `make trees`")
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -10,10 +10,8 @@ kernels), as in upstream's own MegaMoE unit tests.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from conftest import run_pytest
+from conftest import in_patch_test, run_pytest
 
 UPSTREAM_TESTS = {
     "test/registered/unit/arg_groups/test_kimi_k3_mega_moe_token_budget.py": 8,
@@ -21,31 +19,17 @@ UPSTREAM_TESTS = {
 }
 
 
-def _tree_root(patched_tree) -> Path:
-    tree = patched_tree("sglang")
-    missing = [p for p in UPSTREAM_TESTS if not (tree / p).is_file()]
-    if missing:
-        pytest.fail(f"patched tree {tree} lacks the in-patch tests {missing}")
-    return tree
-
-
-def _pytest(package_root: Path, test_file: Path, tmp_path: Path):
-    return run_pytest([package_root], test_file, tmp_path)
-
-
 @pytest.mark.parametrize("rel", sorted(UPSTREAM_TESTS))
-def test_in_patch_tests_pass_on_patched(patched_root, patched_tree, tmp_path, rel):
-    tree = _tree_root(patched_tree)
-    proc = _pytest(Path(patched_root("sglang")), tree / rel, tmp_path)
+def test_in_patch_tests_pass_on_patched(patched_root, tmp_path, rel):
+    proc = run_pytest([patched_root("sglang")], in_patch_test("sglang", rel), tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     assert f"{UPSTREAM_TESTS[rel]} passed" in out, out[-3000:]
 
 
 @pytest.mark.parametrize("rel", sorted(UPSTREAM_TESTS))
-def test_in_patch_tests_fail_on_stock(patched_tree, stock_root, tmp_path, rel):
-    tree = _tree_root(patched_tree)
-    proc = _pytest(Path(stock_root("sglang")), tree / rel, tmp_path)
+def test_in_patch_tests_fail_on_stock(stock_root, tmp_path, rel):
+    proc = run_pytest([stock_root("sglang")], in_patch_test("sglang", rel), tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-6000:]
     # Stock starts every overflowing config: the refusals are never raised.

@@ -17,8 +17,7 @@ KT weight-loader tests use; everything else is the real upstream code:
   is installed and imported (so ``KTRANSFORMERS_AVAILABLE`` is genuinely True and the
   ``frequency`` strategy uses its real ``generate_gpu_experts_masks``), but its CPU
   expert engine allocates pinned host memory in its constructor, which needs a CUDA
-  driver ("Found no NVIDIA driver"). The stand-in records its arguments; the GPU
-  weight loader never calls it.
+  driver ("Found no NVIDIA driver"). The GPU weight loader never calls it.
 
 Also usable as a pytest plugin: ``python -m pytest -p kt_cpu_stubs ...``.
 """
@@ -30,44 +29,17 @@ def _device_capability(device=None):
     return (9, 0)
 
 
-class _InertCudaStream:
+class _InertCudaObject:
+    """Stands in for torch.cuda.Stream and torch.cuda.Event: created, never used."""
+
     def __init__(self, *args, **kwargs):
         pass
-
-    def wait_stream(self, *args, **kwargs):
-        pass
-
-    def wait_event(self, *args, **kwargs):
-        pass
-
-    def record_event(self, *args, **kwargs):
-        return _InertCudaEvent()
-
-    def synchronize(self):
-        pass
-
-
-class _InertCudaEvent:
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def record(self, *args, **kwargs):
-        pass
-
-    def wait(self, *args, **kwargs):
-        pass
-
-    def synchronize(self):
-        pass
-
-    def query(self):
-        return True
 
 
 if not torch.cuda.is_available():
     torch.cuda.get_device_capability = _device_capability
-    torch.cuda.Stream = _InertCudaStream
-    torch.cuda.Event = _InertCudaEvent
+    torch.cuda.Stream = _InertCudaObject
+    torch.cuda.Event = _InertCudaObject
 
 import sgl_kernel  # noqa: E402,F401  (the stub: fail here, not deep inside sglang)
 
@@ -77,33 +49,18 @@ assert getattr(sgl_kernel, "__file__", "").endswith(
 
 
 class CpuExpertEngineStandIn:
-    """Records the constructor arguments of kt_kernel.KTMoEWrapper (see above)."""
-
-    instances = []
+    """Stands in for kt_kernel.KTMoEWrapper (see above); the weight loader never calls it."""
 
     def __init__(self, **kwargs):
-        self.kwargs = kwargs
-        self.gpu_experts_mask = kwargs.get("gpu_experts_mask")
-        CpuExpertEngineStandIn.instances.append(self)
+        pass
 
 
 def keep_cuda_copies_on_cpu():
     """``Tensor.cuda()`` returns the tensor itself (used for the NVFP4 parameters,
     whose ``create_weights`` moves a swizzled block-scale copy to the GPU)."""
     torch.Tensor.cuda = lambda self, *args, **kwargs: self
-    STUBBED_EXTRA.append("torch.Tensor.cuda -> stays on the CPU (NVFP4 create_weights)")
-
-
-STUBBED_EXTRA = []
 
 
 def use_cpu_expert_engine_stand_in(kt_ep_wrapper_module):
     kt_ep_wrapper_module.KTMoEWrapper = CpuExpertEngineStandIn
 
-
-STUBBED = (
-    "sgl_kernel (package: CUDA ops, raise if called)",
-    "torch.cuda.get_device_capability -> (9, 0)",
-    "torch.cuda.Stream / torch.cuda.Event (inert)",
-    "kt_kernel.KTMoEWrapper in kt_ep_wrapper (CPU expert engine; needs pinned memory)",
-)
