@@ -6,6 +6,9 @@ load this file (see docs/DESIGN.md).
 
 from __future__ import annotations
 
+import base64
+import csv
+import hashlib
 import json
 import os
 import subprocess
@@ -109,6 +112,24 @@ def run_probe(root: Path, script: Path, *args: str, python: str = sys.executable
         )
     last = proc.stdout.strip().splitlines()[-1]
     return json.loads(last)
+
+
+def check_record(root: Path, dist_info: Path) -> int:
+    """Assert every RECORD hash of an installed distribution against the file under `root`
+    (site-packages or a `pip --target` dir); returns how many files were checked. Rows
+    outside `root` (`../`: console scripts) must exist, under root/bin for `--target`."""
+    checked = 0
+    for path, digest, _size in csv.reader((dist_info / "RECORD").read_text().splitlines()):
+        if path.startswith("../"):
+            assert (root / path).exists() or (root / "bin" / Path(path).name).exists(), path
+            continue
+        if not digest:
+            continue
+        algo, _, value = digest.partition("=")
+        data = (root / path).read_bytes()
+        assert base64.urlsafe_b64encode(hashlib.new(algo, data).digest()).rstrip(b"=").decode() == value, path
+        checked += 1
+    return checked
 
 
 def run_pytest(package_roots: list[Path], test_file: Path, cwd: Path,

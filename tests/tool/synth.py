@@ -11,6 +11,8 @@ from pathlib import Path
 
 from wheel.wheelfile import WheelFile
 
+from sgl_overlay.gitutil import hash_bytes
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 IDENT = {
     "GIT_AUTHOR_NAME": "Test Author",
@@ -32,8 +34,12 @@ def git(repo: Path, *args: str, check: bool = True) -> str:
 
 
 def blob(data: str) -> str:
-    return subprocess.run(["git", "hash-object", "--stdin"], input=data.encode(),
-                          capture_output=True, check=True).stdout.decode().strip()
+    return hash_bytes(data.encode())
+
+
+def clone(src: Path, dest: Path) -> Path:
+    git(dest.parent, "clone", "-q", str(src), str(dest))
+    return dest
 
 
 def write(repo: Path, rel: str, text: str) -> None:
@@ -74,8 +80,7 @@ class Overlay:
 def make_overlay(tmp: Path, target: str = "sglang") -> Overlay:
     """Author two patches in a scratch clone, as a maintainer would, and pin them."""
     upstream = make_upstream(tmp / "upstream", name=target)
-    work = tmp / "work"
-    git(tmp, "clone", "-q", str(upstream), str(work))
+    work = clone(upstream, tmp / "work")
     write(work, "python/sglang/model.py", edit_line(MODEL_PY, "line 10\n", "line 10 fixed\n"))
     write(work, "test/test_model.py", "def test_fixed():\n    assert True\n")
     git(work, "add", "-A")
@@ -102,14 +107,26 @@ def make_overlay(tmp: Path, target: str = "sglang") -> Overlay:
 
 
 def make_wheel(path: Path, files: dict[str, str]) -> str:
-    """Write a real wheel (RECORD included) and return its sha256."""
+    """Write a real wheel (RECORD included; name and version from the file name) and
+    return its sha256."""
+    name, version = path.name.split("-")[:2]
     with WheelFile(path, "w") as wf:
         for rel, text in files.items():
             wf.writestr(rel, text)
-        name = path.name.split("-")[0]
-        wf.writestr(f"{name}-1.0.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
-        wf.writestr(f"{name}-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        info = f"{name}-{version}.dist-info"
+        wf.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        wf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def pin_wheel(ov: "Overlay", cache: Path, files: dict[str, str] | None = None) -> Path:
+    """The overlay's pinned wheel (sglang 1.0) in `cache`, its sha256 written into the manifest."""
+    cache.mkdir(parents=True, exist_ok=True)
+    wheel = cache / "sglang-1.0-py3-none-any.whl"
+    sha = make_wheel(wheel, files or {"sglang/model.py": MODEL_PY, "sglang/hook.py": HOOK_PY})
+    manifest = ov.patches / "manifest.toml"
+    manifest.write_text(manifest.read_text().replace("0" * 64, sha))
+    return wheel
 
 
 def snapshot(repo: Path) -> tuple:

@@ -11,13 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from synth import MODEL_PY, cli, edit_line, git, make_overlay, make_upstream, make_wheel, snapshot, write
+from synth import MODEL_PY, cli, clone, edit_line, git, make_overlay, make_upstream, make_wheel, snapshot, write
 
 
 def _checkout(tmp: Path, ov) -> Path:
-    co = tmp / "checkout"
-    git(tmp, "clone", "-q", str(ov.upstream), str(co))
-    return co
+    return clone(ov.upstream, tmp / "checkout")
 
 
 def _commit_conflicting_change(co: Path) -> None:

@@ -5,17 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from synth import HOOK_PY, MODEL_PY, blob, cli, edit_line, git, make_overlay, make_upstream, make_wheel, snapshot, write
-
-
-def _pin_wheel(ov, tmp: Path) -> Path:
-    cache = tmp / "cache"
-    cache.mkdir()
-    sha = make_wheel(cache / "sglang-1.0-py3-none-any.whl",
-                     {"sglang/model.py": MODEL_PY, "sglang/hook.py": HOOK_PY})
-    manifest = ov.patches / "manifest.toml"
-    manifest.write_text(manifest.read_text().replace("0" * 64, sha))
-    return cache
+from synth import (
+    HOOK_PY, MODEL_PY, blob, cli, clone, edit_line, git, make_overlay, make_upstream, pin_wheel, snapshot, write,
+)
 
 
 def _run(*args: str) -> str:
@@ -30,7 +22,7 @@ def _states(text: str) -> list[str]:
 
 def test_fetch_apply_verify_revert_on_laid_out_tree(tmp_path: Path) -> None:
     ov = make_overlay(tmp_path)
-    cache = _pin_wheel(ov, tmp_path)
+    cache = pin_wheel(ov, tmp_path / "cache").parent
     base = ["--patches", str(ov.patches), "--cache", str(cache), "--trees", str(tmp_path / "trees")]
     out = _run(*base, "fetch", "--offline")
     assert "from cache (sha256 ok)" in out and "laid out (2 files" in out
@@ -59,7 +51,7 @@ def test_fetch_apply_verify_revert_on_laid_out_tree(tmp_path: Path) -> None:
 
 def test_verify_catches_a_hand_edit(tmp_path: Path) -> None:
     ov = make_overlay(tmp_path)
-    cache = _pin_wheel(ov, tmp_path)
+    cache = pin_wheel(ov, tmp_path / "cache").parent
     base = ["--patches", str(ov.patches), "--cache", str(cache), "--trees", str(tmp_path / "trees")]
     _run(*base, "fetch", "--offline")
     _run(*base, "apply")
@@ -73,8 +65,7 @@ def test_verify_catches_a_hand_edit(tmp_path: Path) -> None:
 
 def test_user_checkout_warns_on_other_preimage_and_applies(tmp_path: Path) -> None:
     ov = make_overlay(tmp_path)
-    co = tmp_path / "co"
-    git(tmp_path, "clone", "-q", str(ov.upstream), str(co))
+    co = clone(ov.upstream, tmp_path / "co")
     write(co, "python/sglang/model.py", edit_line(MODEL_PY, "line 1\n", "line 1 local\n"))
     git(co, "commit", "-qam", "their change")
     proc = cli("--patches", str(ov.patches), "apply", "--checkout", str(co))
@@ -94,8 +85,7 @@ def test_user_checkout_warns_on_other_preimage_and_applies(tmp_path: Path) -> No
 
 def test_status_classes_upstream_and_3way(tmp_path: Path) -> None:
     ov = make_overlay(tmp_path)
-    co = tmp_path / "co"
-    git(tmp_path, "clone", "-q", str(ov.upstream), str(co))
+    co = clone(ov.upstream, tmp_path / "co")
     # Upstream landed the first fix on its own (other commit message), and touched line 4 of hook.py,
     # inside patch 2's context: exact apply fails there, a 3-way merge succeeds.
     write(co, "python/sglang/model.py", edit_line(MODEL_PY, "line 10\n", "line 10 fixed\n"))

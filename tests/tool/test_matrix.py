@@ -23,8 +23,7 @@ import json
 import sys
 from pathlib import Path
 
-from synth import cli, git, make_upstream, snapshot, write
-from wheel.wheelfile import WheelFile
+from synth import blob, cli, clone, git, make_upstream, make_wheel, snapshot, write
 
 from sgl_overlay import matrix, matrix_report
 from sgl_overlay.manifest import load_manifest
@@ -49,23 +48,6 @@ VERSIONS = {
 }
 
 
-def _wheel(path: Path, version: str, files: dict[str, str]) -> str:
-    with WheelFile(path, "w") as wf:
-        for rel, text in files.items():
-            wf.writestr(rel, text)
-        info = f"sglang-{version}.dist-info"
-        wf.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
-        wf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _blob(text: str) -> str:
-    import subprocess
-
-    return subprocess.run(["git", "hash-object", "--stdin"], input=text.encode(), capture_output=True,
-                          check=True).stdout.decode().strip()
-
-
 def _author(tmp: Path, name: str, files: dict[str, str], edits: dict[str, str], extra: dict[str, str],
             subject: str, out: Path) -> Path:
     repo = make_upstream(tmp / name, files=files)
@@ -86,16 +68,15 @@ def make_history(tmp: Path) -> tuple[Path, Path]:
     cache.mkdir()
     shas = {}
     for version, files in VERSIONS.items():
-        shas[version] = _wheel(cache / f"sglang-{version}-py3-none-any.whl", version,
-                               {"sglang/__init__.py": "", "sglang/hook.py": HOOK, **files})
+        shas[version] = make_wheel(cache / f"sglang-{version}-py3-none-any.whl",
+                                   {"sglang/__init__.py": "", "sglang/hook.py": HOOK, **files})
     patches = tmp / "patches"
     series = patches / "sglang"
     pin = {"python/sglang/__init__.py": "", "python/sglang/model.py": BASE, "python/sglang/hook.py": HOOK}
     p1 = _author(tmp, "w1", pin, {"python/sglang/model.py": FIXED}, {"test/unit/test_model.py": TEST_MODEL},
                  "model: set V10 to 100", series)
     # Patch 2 is authored on top of patch 1 (a series), and carries no test.
-    p2_repo = tmp / "w2"
-    git(tmp, "clone", "-q", str(tmp / "w1"), str(p2_repo))
+    p2_repo = clone(tmp / "w1", tmp / "w2")
     write(p2_repo, "python/sglang/hook.py", HOOK.replace("H5 = 5\n", "H5 = 50\n"))
     write(p2_repo, "python/sglang/model.py", FIXED.replace("V30 = 30\n", "V30 = 300\n"))
     git(p2_repo, "commit", "-q", "-am", "hook: set H5 to 50, V30 to 300")
@@ -112,8 +93,8 @@ def make_history(tmp: Path) -> tuple[Path, Path]:
         f'wheel = "sglang-1.0-py3-none-any.whl"\nsha256 = "{shas["1.0"]}"\n'
         'layout = { sglang = "python/sglang" }\nproject_name = "sglang"\n'
         f'patches = ["{p1.name}", "{p2.name}"]\n\n'
-        f'[targets.sglang.preimages]\n"python/sglang/model.py" = "{_blob(BASE)}"\n'
-        f'"python/sglang/hook.py" = "{_blob(HOOK)}"\n\n'
+        f'[targets.sglang.preimages]\n"python/sglang/model.py" = "{blob(BASE)}"\n'
+        f'"python/sglang/hook.py" = "{blob(HOOK)}"\n\n'
         f'[targets.sglang.matrix]\nversions = [{", ".join(repr(v).replace(chr(39), chr(34)) for v in VERSIONS)}]\n\n'
         f'[[targets.sglang.variants]]\npatch = "{p1.name}"\nfile = "variants/{var.name}"\n'
         'versions = ["0.5"]\nreason = "model.py was called models.py"\n'
@@ -156,7 +137,7 @@ def test_every_outcome_class(tmp_path: Path) -> None:
 
     # The 3-way class depends on the pinned blob seeded into 0.8's object store; nothing else changed there.
     tree = tmp_path / "build" / "matrix" / "sglang-0.8"
-    assert git(tree, "cat-file", "-t", _blob(BASE)) == "blob"
+    assert git(tree, "cat-file", "-t", blob(BASE)) == "blob"
     assert git(tree, "for-each-ref", "--format=%(refname)") == "refs/heads/main\nrefs/tags/upstream"
 
     # Warm run: trees are reused and reset, results identical.

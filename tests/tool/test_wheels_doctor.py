@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import base64
-import csv
-import hashlib
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
-from synth import HOOK_PY, MODEL_PY, cli, make_overlay, make_wheel
+from conftest import check_record
+from synth import HOOK_PY, MODEL_PY, cli, clone, git, make_overlay, pin_wheel
 
 
 def _venv(path: Path) -> Path:
@@ -29,25 +27,10 @@ def _site(python: Path) -> Path:
     return Path(out.stdout.strip())
 
 
-def _record_ok(site: Path, dist_info: Path) -> None:
-    for row in csv.reader((dist_info / "RECORD").read_text().splitlines()):
-        path, digest = row[0], row[1]
-        if not digest:
-            continue
-        algo, _, value = digest.partition("=")
-        data = (site / path).read_bytes()
-        expect = base64.urlsafe_b64encode(hashlib.new(algo, data).digest()).rstrip(b"=").decode()
-        assert value == expect, f"RECORD hash mismatch for {path}"
-
-
 def test_patched_wheel_installs_and_doctor_tells(tmp_path: Path) -> None:
     ov = make_overlay(tmp_path)
     cache = tmp_path / "cache"
-    cache.mkdir()
-    stock = cache / "sglang-1.0-py3-none-any.whl"
-    sha = make_wheel(stock, {"sglang/model.py": MODEL_PY, "sglang/hook.py": HOOK_PY, "sglang/other.py": "o = 1\n"})
-    manifest = ov.patches / "manifest.toml"
-    manifest.write_text(manifest.read_text().replace("0" * 64, sha))
+    stock = pin_wheel(ov, cache, {"sglang/model.py": MODEL_PY, "sglang/hook.py": HOOK_PY, "sglang/other.py": "o = 1\n"})
     base = ["--patches", str(ov.patches), "--cache", str(cache), "--trees", str(tmp_path / "trees")]
     for step in (["fetch", "--offline"], ["apply"], ["wheels", "--out", str(tmp_path / "dist")]):
         proc = cli(*base, *step)
@@ -61,7 +44,7 @@ def test_patched_wheel_installs_and_doctor_tells(tmp_path: Path) -> None:
     site_s, site_p = _site(py_stock), _site(py_patched)
     dist_info = site_p / "sglang-1.0+overlay.1.dist-info"
     assert "Version: 1.0+overlay.1" in (dist_info / "METADATA").read_text()
-    _record_ok(site_p, dist_info)
+    assert check_record(site_p, dist_info) >= 2
     tree = tmp_path / "trees" / "sglang" / "python" / "sglang"
     for name in ("model.py", "hook.py"):
         assert (site_p / "sglang" / name).read_bytes() == (tree / name).read_bytes()
@@ -81,16 +64,14 @@ def test_patched_wheel_installs_and_doctor_tells(tmp_path: Path) -> None:
 def test_wheel_from_user_checkout_uses_upstream_build(tmp_path: Path) -> None:
     """`wheels --checkout`: refuses before the series is in, then builds python/ with pip."""
     ov = make_overlay(tmp_path)
-    co = tmp_path / "co"
-    subprocess.run(["git", "clone", "-q", str(ov.upstream), str(co)], check=True)
+    co = clone(ov.upstream, tmp_path / "co")
     (co / "python/pyproject.toml").write_text(
         '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n\n'
         '[project]\nname = "sglang"\nversion = "1.0"\n\n[tool.setuptools]\npackages = ["sglang"]\n'
     )
     (co / "python/sglang/__init__.py").write_text("")
-    subprocess.run(["git", "-C", str(co), "add", "-A"], check=True)
-    subprocess.run(["git", "-C", str(co), "-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qm",
-                    "local packaging"], check=True)
+    git(co, "add", "-A")
+    git(co, "commit", "-qm", "local packaging")
     out = tmp_path / "dist"
     proc = cli("--patches", str(ov.patches), "wheels", "--checkout", str(co), "--out", str(out))
     assert proc.returncode == 1 and "is applicable in" in proc.stderr and "run `sgl-overlay apply" in proc.stderr

@@ -6,9 +6,6 @@ under build/installed/{stock,patched}-<target>/ before this runs (scripts/instal
 
 from __future__ import annotations
 
-import base64
-import csv
-import hashlib
 import os
 import subprocess
 import sys
@@ -16,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-INSTALLED = REPO / "build" / "installed"
-sys.path.insert(0, str(REPO / "python"))
+from conftest import REPO_ROOT as REPO
+from conftest import check_record
 
-from sgl_overlay.gitutil import hash_bytes  # noqa: E402
-from sgl_overlay.manifest import load_manifest  # noqa: E402
-from sgl_overlay.wheels import shipped_changes  # noqa: E402
+from sgl_overlay.gitutil import hash_bytes
+from sgl_overlay.manifest import load_manifest
+from sgl_overlay.wheels import shipped_changes
+
+INSTALLED = REPO / "build" / "installed"
 
 MANIFEST = load_manifest(REPO / "patches")
 TARGETS = ["sglang", "sglang-kt"]
@@ -55,19 +53,7 @@ def test_local_label_and_record(target: str) -> None:
     show = subprocess.run([sys.executable, "-m", "pip", "show", target], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(patched)})
     assert f"Version: {version}" in show.stdout, show.stdout + show.stderr
-    rows = list(csv.reader((info / "RECORD").read_text().splitlines()))
-    checked = 0
-    for path, digest, _size in rows:
-        if path.startswith("../"):  # console scripts: pip --target puts them under bin/
-            assert (patched / "bin" / Path(path).name).exists(), path
-            continue
-        if not digest:
-            continue
-        algo, _, value = digest.partition("=")
-        data = (patched / path).read_bytes()
-        assert base64.urlsafe_b64encode(hashlib.new(algo, data).digest()).rstrip(b"=").decode() == value, path
-        checked += 1
-    assert checked > 1000
+    assert check_record(patched, info) > 1000  # console scripts: pip --target puts them under bin/
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -91,10 +77,9 @@ def test_only_patched_files_differ(target: str) -> None:
 def test_doctor_on_stock_and_patched(target: str) -> None:
     stock, patched = _dirs(target)
     base = [sys.executable, "-m", "sgl_overlay", "--patches", str(REPO / "patches"), "doctor", "--no-live"]
-    env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
-    bad = subprocess.run([*base, "--site", str(stock)], capture_output=True, text=True, env=env)
+    bad = subprocess.run([*base, "--site", str(stock)], capture_output=True, text=True)
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert f"[MISSING] {target}:" in bad.stdout and "fix: pip install --no-deps --force-reinstall" in bad.stdout
-    good = subprocess.run([*base, "--site", str(patched)], capture_output=True, text=True, env=env)
+    good = subprocess.run([*base, "--site", str(patched)], capture_output=True, text=True)
     assert good.returncode == 0, good.stdout + good.stderr
     assert f"[ok] {target}:" in good.stdout and "MISSING" not in good.stdout
