@@ -4,10 +4,11 @@ Skipped with a reason when no CUDA GPU is visible (CI); scripts/gpu_kernel.sh
 runs them on the device machine, also under compute-sanitizer memcheck.
 
 - The patched upstream test file (sgl-kernel/tests/test_copy.py at HEAD of
-  build/trees/sgl-kernel, which the device call carries) runs against the extension. Stand-in: the real sgl-kernel wheel is
-  not installed there, so a tiny `sgl_kernel` package (tests/kernel/
-  kernel_gpu_shim.py) routes `sgl_kernel.elementwise.copy_to_gpu_no_ce` to
-  torch.ops.sgl_kernel_ext.copy_to_gpu_no_ce. Nothing else is stubbed.
+  build/trees/sgl-kernel, which the device call carries) runs against the
+  extension. Stand-in: the real sgl-kernel wheel is not installed there, so a
+  tiny `sgl_kernel` package (tests/kernel/kernel_gpu_shim.py) binds
+  `sgl_kernel.elementwise.copy_to_gpu_no_ce` to what the sglang plugin installs
+  (sgl_kernel_ext.sglang_plugin.replacement()). Nothing else is stubbed.
 - Own tests: every N in 1..512 through the dispatched op and the forced
   fallback, against torch's copy; which kernel each N launches (profiler);
   writes stay inside the output; the input is captured at launch.
