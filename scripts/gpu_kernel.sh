@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# One device call for the copy_to_gpu_no_ce fix, on an H200: build sgl_kernel_ext
-# (pip install --no-build-isolation), run tests/kernel (GPU tests incl. the patched
-# upstream test file and the unpatched pre-image failing at N=16, drift, bench smoke),
-# the GPU tests again under compute-sanitizer memcheck, then the C++ launch-cost
-# microbenchmark and benchmarks/bench_copy.py (SKIP_BENCH=1 skips those two).
+# One device call for the copy_to_gpu_no_ce patches, on an H200: build the sgl_kernel_ext
+# wheel (cp310-abi3, pip wheel --no-build-isolation) and install it, list its machine code
+# (cuobjdump), run tests/kernel (GPU tests incl. the patched upstream test file and the
+# unpatched pre-image failing at N=16, drift, bench smoke), the GPU tests again under
+# compute-sanitizer memcheck, then benchmarks/bench_copy.py (paired blocks + profiler) and
+# Nsight Compute kernel durations (SKIP_BENCH=1 skips those two).
 # The tests read both images from build/trees/sgl-kernel (`make trees`), so carry it:
 #   device run: command "bash scripts/gpu_kernel.sh", carry ["build/trees/sgl-kernel"]
-# Outputs under $OUT.
+# Outputs under $OUT (at most 8 files).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_kernel_out}
@@ -18,8 +19,8 @@ export MAX_JOBS=${MAX_JOBS:-16}
 export SGL_KERNEL_EXT_BUILD_DIR=${SGL_KERNEL_EXT_BUILD_DIR:-/tmp/sgl_kernel_ext_build}
 # Build with the compiler whose libstdc++ the process loads. On the H200 image, Python's
 # sysconfig compiler and nvcc's default -ccbin are a newer GCC under /opt/gcc, and integer
-# formatting in the extension's error messages then crashes (GPU_TESTS.md, runs 4-7). The
-# image also exports CC=/opt/gcc/bin/gcc, so these override the environment (run 9).
+# formatting in the extension's error messages then crashes (GPU_TESTS.md of 2026-11-29,
+# runs 4-7). The image also exports CC=/opt/gcc/bin/gcc, so these override the environment.
 if [ -x /usr/bin/gcc ] && [ -x /usr/bin/g++ ]; then
   export CC=/usr/bin/gcc CXX=/usr/bin/g++ NVCC_CCBIN=/usr/bin/gcc
   export LDSHARED="/usr/bin/g++ -shared" LDCXXSHARED="/usr/bin/g++ -shared"
@@ -30,25 +31,34 @@ step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
 
 step environment
 date -u
-nvidia-smi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 $PY -c 'import sys, torch; print("python", sys.version.split()[0]); print("torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.get_device_name(0))'
 nvcc --version | tail -2
 compute-sanitizer --version | head -2
 echo "CC=${CC:-} CXX=${CXX:-} NVCC_CCBIN=${NVCC_CCBIN:-}"; ${CXX:-c++} --version | head -1
-git --version; git -C build/trees/sgl-kernel log --oneline -2 || status=1
+git -C build/trees/sgl-kernel log --oneline -3 || status=1
 uname -r; nproc
 
-step "background: compile launch_cost.cu"
-(nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -o /tmp/launch_cost benchmarks/launch_cost.cu \
-  > /tmp/launch_cost_build.log 2>&1; echo "launch_cost build rc=$?" >> /tmp/launch_cost_build.log) &
-bg_launch=$!
-
-step "pip install --no-build-isolation ./sgl_kernel_ext"
+step "pip wheel + install ./sgl_kernel_ext"
 t0=$(date +%s)
-$PY -m pip install --no-build-isolation --no-deps --no-index ./sgl_kernel_ext 2>&1 | tail -4 || status=1
-echo "build+install took $(( $(date +%s) - t0 )) s"
-(cd /tmp && $PY -c 'import sgl_kernel_ext as s, torch; print("loaded", s.ensure_loaded(), s._C.__file__); print(torch.ops.sgl_kernel_ext.copy_to_gpu_no_ce.default._schema)') || status=1
+rm -rf /tmp/skx_dist
+$PY -m pip wheel --no-build-isolation --no-deps --no-index -w /tmp/skx_dist ./sgl_kernel_ext 2>&1 | tail -3 || status=1
+echo "build took $(( $(date +%s) - t0 )) s"
+ls -l /tmp/skx_dist; sha256sum /tmp/skx_dist/*.whl
+unzip -p /tmp/skx_dist/*.whl '*/METADATA' | grep -E '^(Name|Version|Requires-Dist)'
+unzip -p /tmp/skx_dist/*.whl '*/WHEEL' | grep ^Tag
+$PY -m pip install --no-deps --no-index --force-reinstall /tmp/skx_dist/*.whl 2>&1 | tail -1 || status=1
+(cd /tmp && $PY - <<'PY'
+import sgl_kernel_ext as s, torch
+print("loaded", s.ensure_loaded(), s._C.__file__)
+for name in ("copy_to_gpu_no_ce", "copy_list_to_gpu_no_ce", "copy_to_gpu_no_ce_fallback"):
+    print(getattr(torch.ops.sgl_kernel_ext, name).default._schema)
+print(s.copy_list_to_gpu_no_ce([1, 2, 3]))
+PY
+) || status=1
+so=$($PY -c 'import sgl_kernel_ext._C as c; print(c.__file__)' 2>/dev/null)
+cuobjdump --list-elf "$so"; cuobjdump --list-ptx "$so"
+nm -D --undefined-only "$so" | grep -c ' U Py' ; nm -D --undefined-only "$so" | grep THPVariable_Wrap
 
 step "pytest tests/kernel (GPU tests, drift, bench smoke)"
 timeout 300 $PY -m pytest -v -rs -p no:cacheprovider tests/kernel/test_kernel_gpu.py tests/kernel/test_kernel_patch_drift.py \
@@ -56,21 +66,21 @@ timeout 300 $PY -m pytest -v -rs -p no:cacheprovider tests/kernel/test_kernel_gp
 echo "pytest rc=$rc"; [ "$rc" = 0 ] || status=1
 
 step "compute-sanitizer --tool memcheck: GPU tests + patched upstream test file"
-SGL_KERNEL_EXT_UNDER_SANITIZER=1 timeout 300 compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 \
+SGL_KERNEL_EXT_UNDER_SANITIZER=1 timeout 240 compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 \
   $PY -m pytest -v -rs -p no:cacheprovider tests/kernel/test_kernel_gpu.py 2>&1 | tee "$OUT/pytest_memcheck.log" \
   | grep -v "^$"; rc=${PIPESTATUS[0]}
 echo "compute-sanitizer rc=$rc"; [ "$rc" = 0 ] || status=1
 
-wait "$bg_launch"  # (a bare `wait` would also wait for the tee behind `exec > >(tee ...)`)
-cat /tmp/launch_cost_build.log
 if [ -n "${SKIP_BENCH:-}" ]; then step "done (SKIP_BENCH): status=$status"; exit $status; fi
 
-step "C++ launch-cost microbenchmark"
-timeout 90 /tmp/launch_cost 20000 7 "$OUT/launch_cost.json" || status=1
-
-step "benchmarks/bench_copy.py"
-timeout 240 $PY benchmarks/bench_copy.py --load --launch-json "$OUT/launch_cost.json" --out-dir "$OUT"; rc=$?
+step "benchmarks/bench_copy.py (paired blocks, profiler)"
+timeout 200 $PY benchmarks/bench_copy.py --profile --out-dir "$OUT"; rc=$?
 echo "bench rc=$rc"; [ "$rc" = 0 ] || status=1
+
+step "Nsight Compute: exact vs fallback kernel duration"
+timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum -k regex:copy_to_gpu_no_ce --csv \
+  $PY benchmarks/ncu_kernels.py > "$OUT/ncu_kernels.csv" 2> /tmp/ncu.err; rc=$?
+echo "ncu rc=$rc"; tail -3 /tmp/ncu.err; wc -l "$OUT/ncu_kernels.csv"
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 
 step "done: status=$status"

@@ -1,5 +1,10 @@
 """Build sgl_kernel_ext._C from csrc/ (copy.cu unchanged + registration.cc).
 
+Like sgl-kernel, one cp310-abi3 wheel serves every CPython >= 3.10: the module
+uses Python's limited API only (registration.cc), plus one function of
+libtorch_python (THPVariable_Wrap), linked by name. The wheel requires the torch
+it was built against (``torch==<version>``): the extension uses torch's C++ ABI.
+
 The sources are also copied into the package (sgl_kernel_ext/_csrc) so that an
 installed copy can rebuild itself on the fly with sgl_kernel_ext.load_jit().
 """
@@ -14,6 +19,7 @@ from setuptools.command.build_py import build_py
 HERE = Path(__file__).resolve().parent
 CSRC = HERE / "csrc"
 SOURCES = ["copy.cu", "registration.cc"]
+LIMITED_API = ("cp310", "0x030A0000")  # wheel tag, Py_LIMITED_API
 
 
 class BuildPyWithSources(build_py):
@@ -38,8 +44,17 @@ def ext_modules():
             sources=[str(Path("csrc") / name) for name in SOURCES],
             include_dirs=include_dirs,
             extra_compile_args={"cxx": cxx, "nvcc": nvcc},
+            define_macros=[("Py_LIMITED_API", LIMITED_API[1])],
+            py_limited_api=True,
+            libraries=["torch_python"],  # left out by torch for py_limited_api: THPVariable_Wrap
         )
     ]
+
+
+def torch_requirement() -> str:
+    import torch
+
+    return f"torch=={torch.__version__.split('+')[0]}"
 
 
 def cmdclass():
@@ -48,4 +63,9 @@ def cmdclass():
     return {"build_py": BuildPyWithSources, "build_ext": BuildExtension}
 
 
-setup(ext_modules=ext_modules(), cmdclass=cmdclass())
+setup(
+    ext_modules=ext_modules(),
+    cmdclass=cmdclass(),
+    install_requires=[torch_requirement()],
+    options={"bdist_wheel": {"py_limited_api": LIMITED_API[0]}},
+)

@@ -2,6 +2,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/all.h>
 
+#include <cstdint>
+#include <limits>
 #include <vector>
 
 // Largest length the fallback kernel accepts. Its by-value argument is a fixed
@@ -53,6 +55,21 @@ int64_t check_copy_to_gpu_no_ce_args(const at::Tensor& input, const at::Tensor& 
   return n;
 }
 
+// Launches the kernel for Capacity (exact) or the fallback on the current stream.
+template <int Capacity>
+void launch_copy_to_gpu_no_ce_kernel(const InputArray<Capacity>& input_array, int n, int* output) {
+  // may use multi thread blocks if performance bottleneck
+  dim3 grid(1);
+  dim3 block(n);
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  if constexpr (Capacity == kCopyToGpuNoCeMaxN) {
+    copy_to_gpu_no_ce_fallback_kernel<<<grid, block, 0, stream>>>(input_array, n, output);
+  } else {
+    copy_to_gpu_no_ce_kernel<Capacity><<<grid, block, 0, stream>>>(input_array, output);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 template <int Capacity>
 void launch_copy_to_gpu_no_ce(const at::Tensor& input, at::Tensor& output, int n) {
   InputArray<Capacity> input_array;
@@ -62,16 +79,7 @@ void launch_copy_to_gpu_no_ce(const at::Tensor& input, at::Tensor& output, int n
   }
 
   const at::cuda::OptionalCUDAGuard device_guard(output.device());
-  // may use multi thread blocks if performance bottleneck
-  dim3 grid(1);
-  dim3 block(n);
-  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  if constexpr (Capacity == kCopyToGpuNoCeMaxN) {
-    copy_to_gpu_no_ce_fallback_kernel<<<grid, block, 0, stream>>>(input_array, n, output.data_ptr<int>());
-  } else {
-    copy_to_gpu_no_ce_kernel<Capacity><<<grid, block, 0, stream>>>(input_array, output.data_ptr<int>());
-  }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_copy_to_gpu_no_ce_kernel<Capacity>(input_array, n, output.data_ptr<int>());
 }
 
 template <int N>
@@ -101,4 +109,45 @@ void copy_to_gpu_no_ce(const at::Tensor& input, at::Tensor& output) {
   } else {
     copy_to_gpu_no_ce_fallback_impl(input, output);
   }
+}
+
+template <int Capacity>
+at::Tensor copy_list_to_gpu_no_ce_impl(at::IntArrayRef values) {
+  const int n = static_cast<int>(values.size());
+  InputArray<Capacity> input_array;
+  for (int i = 0; i < n; ++i) {
+    const int64_t value = values[i];
+    TORCH_CHECK(
+        value >= std::numeric_limits<int32_t>::min() && value <= std::numeric_limits<int32_t>::max(),
+        "copy_list_to_gpu_no_ce: values[",
+        i,
+        "] = ",
+        value,
+        " does not fit in int32");
+    input_array.values[i] = static_cast<int>(value);
+  }
+  at::Tensor output =
+      at::empty({n}, at::TensorOptions().dtype(at::kInt).device(at::kCUDA, c10::cuda::current_device()));
+  launch_copy_to_gpu_no_ce_kernel<Capacity>(input_array, n, output.data_ptr<int>());
+  return output;
+}
+
+// The same copy for a host list of ints (sglang's per-expert token counts):
+// returns a new int32 tensor on the current CUDA device, filled by one
+// by-value kernel launch, without a CPU tensor in between.
+at::Tensor copy_list_to_gpu_no_ce(at::IntArrayRef values) {
+  const int64_t N = static_cast<int64_t>(values.size());
+  TORCH_CHECK(N > 0, "copy_list_to_gpu_no_ce: values is empty (N = 0); N must be in [1, ", kCopyToGpuNoCeMaxN, "]");
+  TORCH_CHECK(
+      N <= kCopyToGpuNoCeMaxN, "copy_list_to_gpu_no_ce: N = ", N, " exceeds the maximum of ", kCopyToGpuNoCeMaxN);
+  if (N == 72) {
+    return copy_list_to_gpu_no_ce_impl<72>(values);
+  } else if (N == 64) {
+    return copy_list_to_gpu_no_ce_impl<64>(values);
+  } else if (N == 32) {
+    return copy_list_to_gpu_no_ce_impl<32>(values);
+  } else if (N == 16) {
+    return copy_list_to_gpu_no_ce_impl<16>(values);
+  }
+  return copy_list_to_gpu_no_ce_impl<kCopyToGpuNoCeMaxN>(values);
 }

@@ -1,21 +1,73 @@
-// Registration of the sgl-kernel copy_to_gpu_no_ce op in the extension's own
-// namespace. copy.cu next to this file is sgl-kernel's
-// csrc/elementwise/copy.cu after patches/sgl-kernel/0001-*.patch, byte for
-// byte; nothing here changes what it does.
+// Registration of the sgl-kernel copy ops in the extension's own namespace,
+// and the module sgl_kernel_ext._C. copy.cu next to this file is sgl-kernel's
+// csrc/elementwise/copy.cu after patches/sgl-kernel/*.patch, byte for byte;
+// nothing here changes what it does.
 #include <ATen/core/Tensor.h>
 #include <Python.h>
+#include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 #include <torch/library.h>
+
+#include <exception>
 
 // Defined in copy.cu.
 void copy_to_gpu_no_ce(const at::Tensor& input, at::Tensor& output);
 #ifndef SGL_KERNEL_EXT_PREIMAGE
 void copy_to_gpu_no_ce_fallback_impl(const at::Tensor& input, at::Tensor& output);
+at::Tensor copy_list_to_gpu_no_ce(at::IntArrayRef values);
+
+// libtorch_python's; torch/csrc/autograd/python_variable.h declares it, but that
+// header pulls in pybind11, which does not build under Python's limited API.
+PyObject* THPVariable_Wrap(const at::TensorBase& var);
+
+namespace {
+
+// _C.copy_list_to_gpu_no_ce(values): copy_list_to_gpu_no_ce for a Python list or
+// tuple of ints, read here in one pass. Through the dispatcher, an int[] argument
+// is first boxed element by element, which costs more than the launch at N = 512.
+PyObject* py_copy_list_to_gpu_no_ce(PyObject* /*module*/, PyObject* values) {
+  const bool is_list = PyList_Check(values);
+  if (!is_list && !PyTuple_Check(values)) {
+    PyErr_SetString(PyExc_TypeError, "copy_list_to_gpu_no_ce: values must be a list or tuple of ints");
+    return nullptr;
+  }
+  const Py_ssize_t n = is_list ? PyList_Size(values) : PyTuple_Size(values);
+  // On the stack up to 512 values; longer lists are refused by the op.
+  c10::SmallVector<int64_t, 512> buffer(static_cast<size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* item = is_list ? PyList_GetItem(values, i) : PyTuple_GetItem(values, i);
+    const long long value = PyLong_AsLongLong(item);
+    if (value == -1 && PyErr_Occurred()) {
+      return nullptr;
+    }
+    buffer[i] = value;
+  }
+  try {
+    return THPVariable_Wrap(copy_list_to_gpu_no_ce(buffer));
+  } catch (const c10::Error& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
+PyMethodDef methods[] = {
+    {"copy_list_to_gpu_no_ce",
+     py_copy_list_to_gpu_no_ce,
+     METH_O,
+     "copy_list_to_gpu_no_ce(values) -> Tensor: 1..512 ints to a new int32 tensor on the current CUDA device"},
+    {nullptr, nullptr, 0, nullptr}};
+
+}  // namespace
+#define SGL_KERNEL_EXT_METHODS methods
+#else
+#define SGL_KERNEL_EXT_METHODS nullptr
 #endif
 
-// An empty Python module, so that `import sgl_kernel_ext._C` loads the library
-// and runs the registration below.
+// `import sgl_kernel_ext._C` loads the library, which runs the registration below.
 extern "C" PyObject* PyInit__C(void) {
-  static PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
+  static PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, SGL_KERNEL_EXT_METHODS};
   return PyModule_Create(&module_def);
 }
 
@@ -32,6 +84,8 @@ SGL_KERNEL_EXT_LIBRARY(SGL_KERNEL_EXT_NAMESPACE, m) {
   m.def("copy_to_gpu_no_ce(Tensor input, Tensor! output) -> ()");
   m.impl("copy_to_gpu_no_ce", c10::kCUDA, &copy_to_gpu_no_ce);
 #ifndef SGL_KERNEL_EXT_PREIMAGE
+  // No tensor argument to dispatch on: one kernel for every backend.
+  m.def("copy_list_to_gpu_no_ce(int[] values) -> Tensor", &copy_list_to_gpu_no_ce);
   // Benchmark-only: always the one fallback kernel, whatever N (1..512).
   m.def("copy_to_gpu_no_ce_fallback(Tensor input, Tensor! output) -> ()");
   m.impl("copy_to_gpu_no_ce_fallback", c10::kCUDA, &copy_to_gpu_no_ce_fallback_impl);

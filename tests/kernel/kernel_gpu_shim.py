@@ -3,9 +3,11 @@
 Used to run sgl-kernel's own test file (sgl-kernel/tests/test_copy.py, patched)
 against sgl_kernel_ext: the real sgl-kernel wheel is not installed where the
 GPU tests run, so `import sgl_kernel` and `from sgl_kernel.elementwise import
-copy_to_gpu_no_ce` must resolve to the extension. The name is bound to what the
-sglang plugin installs in production (`sgl_kernel_ext.sglang_plugin.replacement()`),
-so the upstream test runs the exact call path sglang gets. This shim is that
+copy_to_gpu_no_ce` must resolve to the extension. The names are bound to what the
+sglang plugin installs in production (`sgl_kernel_ext.sglang_plugin.replacement()`,
+and `list_replacement()` for `copy_list_to_gpu_no_ce`, which the patched test file
+imports from there as upstream's wrapper would be named), so the upstream test runs
+the exact call path sglang gets. This shim is that
 routing and nothing else: the kernel code is the patch's post-image copy.cu.
 """
 
@@ -23,12 +25,13 @@ try:
 except ImportError:
     sgl_kernel_ext.load_jit(build_directory=os.environ.get("SGL_KERNEL_EXT_BUILD_DIR"))
 
-from sgl_kernel.elementwise import copy_to_gpu_no_ce  # noqa: E402,F401
+from sgl_kernel.elementwise import copy_list_to_gpu_no_ce, copy_to_gpu_no_ce  # noqa: E402,F401
 '''
 
-ELEMENTWISE = '''from sgl_kernel_ext.sglang_plugin import replacement
+ELEMENTWISE = '''from sgl_kernel_ext.sglang_plugin import list_replacement, replacement
 
 copy_to_gpu_no_ce = replacement()
+copy_list_to_gpu_no_ce = list_replacement()
 '''
 
 

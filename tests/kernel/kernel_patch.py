@@ -25,16 +25,30 @@ _MANIFEST = tomllib.loads((REPO_ROOT / "patches" / "manifest.toml").read_text())
 PINNED_PREIMAGES: dict[str, str] = _MANIFEST["preimages"]
 
 
-def copy_patch_path() -> Path:
-    (name,) = _MANIFEST["patches"]
-    return REPO_ROOT / "patches" / TARGET / name
+def series_paths() -> list[Path]:
+    """The target's patches, in series order."""
+    return [REPO_ROOT / "patches" / TARGET / name for name in _MANIFEST["patches"]]
 
 
-def index_blobs(patch: Path | None = None) -> dict[str, tuple[str, str]]:
-    """path -> (old, new) blob ids, as the patch's `index` lines state them."""
-    text = (patch or copy_patch_path()).read_text()
+def patch_index_blobs(patch: Path) -> dict[str, tuple[str, str]]:
+    """path -> (old, new) blob ids, as one patch's `index` lines state them."""
     pattern = r"^diff --git a/\S+ b/(\S+)\n(?:(?!diff --git).*\n)*?index ([0-9a-f]+)\.\.([0-9a-f]+)"
-    return {path: (old, new) for path, old, new in re.findall(pattern, text, flags=re.M)}
+    return {path: (old, new) for path, old, new in re.findall(pattern, patch.read_text(), flags=re.M)}
+
+
+def index_blobs() -> dict[str, tuple[str, str]]:
+    """path -> (pre-image blob, post-image blob) over the series: the first patch's
+    `old` and the last patch's `new` for each file; consecutive patches must chain
+    (one's `new` is the next one's `old`)."""
+    out: dict[str, tuple[str, str]] = {}
+    for patch in series_paths():
+        for path, (old, new) in patch_index_blobs(patch).items():
+            if path in out:
+                assert out[path][1] == old, f"{patch.name}: {path} does not start from the previous post-image"
+                out[path] = (out[path][0], new)
+            else:
+                out[path] = (old, new)
+    return out
 
 
 def _tree() -> Path:

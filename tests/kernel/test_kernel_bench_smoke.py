@@ -1,17 +1,16 @@
-"""CPU smoke test of benchmarks/bench_copy.py and benchmarks/launch_cost.cu.
+"""CPU smoke test of benchmarks/bench_copy.py.
 
-Runs the benchmark's CPU-side code (argument parsing, statistics, the
-fallback/exact ratio and target, JSON/Markdown/PNG output, merging the C++
-launch-cost JSON) on synthetic samples with `--smoke`; the GPU timing code is
-skipped without a GPU. The C++ microbenchmark is compiled with nvcc (no GPU
-needed to compile). No stubs.
+Runs the benchmark's CPU-side code (argument parsing, paired ratios, bootstrap
+intervals, the fallback/exact verdict against the A/A control, the caller target,
+JSON/Markdown/PNG output) on synthetic samples with `--smoke`; the GPU timing code
+runs on the device machine only. No stubs.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -29,63 +28,63 @@ def _load():
     return mod
 
 
-def test_summarize_and_ratio():
+def test_bootstrap_interval_is_seeded_and_covers_the_median():
     b = _load()
-    s = b.summarize([1.0, 3.0, 2.0])
-    assert (s["median"], s["min"], s["max"], s["n"]) == (2.0, 1.0, 3.0, 3)
-    assert s["spread"] == pytest.approx(1.0)
-    row = lambda op, fb: {  # noqa: E731
-        "op": {"host_us": b.summarize([op]), "device_us": b.summarize([op])},
-        "fallback": {"host_us": b.summarize([fb]), "device_us": b.summarize([fb])},
-    }
-    ratios = b.ratio_table({"16": row(4.0, 4.1), "17": row(4.0, 4.0), "32": row(4.0, 4.4)})
-    assert set(ratios) == {"16", "32"}  # only N with an exact kernel
-    assert ratios["16"]["meets_target"] and ratios["16"]["host_us"] == pytest.approx(1.025)
-    assert not ratios["32"]["meets_target"]
+    xs = [1.0, 1.2, 0.9, 1.1, 1.05, 0.95, 1.3, 1.0, 0.98, 1.02]
+    lo, hi = b.bootstrap_median_ci(xs, 2000, seed=7)
+    assert (lo, hi) == b.bootstrap_median_ci(xs, 2000, seed=7)
+    assert lo <= statistics.median(xs) <= hi and lo >= min(xs) and hi <= max(xs)
+
+
+def _blocks(b, op, fb, aa, k=12):
+    mk = lambda v: {"host_us": v, "device_us": v}  # noqa: E731
+    return [{"op": mk(op), "op_again": mk(aa * (1 + 0.001 * (i % 3 - 1))),
+             "fallback": mk(fb * (1 + 0.001 * (i % 5 - 2)))}
+            for i in range(k)]
+
+
+def test_verdict_separates_a_difference_from_noise():
+    b = _load()
+    same = b.ratio_stats(_blocks(b, 6.0, 6.0, 6.0), 1000, 1)
+    assert b.verdict(same["fallback/op"]["host_us"], same["op_again/op"]["host_us"]).startswith("indistinguishable")
+    slower = b.ratio_stats(_blocks(b, 6.0, 6.6, 6.0), 1000, 1)
+    assert slower["fallback/op"]["host_us"]["median"] == pytest.approx(1.1, abs=0.01)
+    assert b.verdict(slower["fallback/op"]["host_us"], slower["op_again/op"]["host_us"]).startswith("fallback slower")
 
 
 def test_smoke_run_writes_json_markdown_plot(tmp_path):
-    launch = {
-        "device": "none",
-        "calls": 10,
-        "repeats": 3,
-        "results": [
-            {"arg_bytes": 64, "host_ns": [1.0, 2.0, 3.0], "device_ns": [1, 1, 1], "sync_ns": [5, 5, 5]},
-            {"arg_bytes": 2048, "host_ns": [2.0, 2.0, 3.0], "device_ns": [1, 1, 1], "sync_ns": [6, 6, 6]},
-        ],
-    }
-    (tmp_path / "launch.json").write_text(json.dumps(launch))
     proc = subprocess.run(
-        [sys.executable, str(BENCH), "--smoke", "--repeats", "5", "--out-dir", str(tmp_path / "out"),
-         "--launch-json", str(tmp_path / "launch.json")],
+        [sys.executable, str(BENCH), "--smoke", "--blocks", "6", "--bootstrap", "500", "--out-dir", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    report = json.loads((tmp_path / "out" / "bench_copy.json").read_text())
+    report = json.loads((tmp_path / "bench_copy.json").read_text())
     b = _load()
     assert [int(k) for k in report["results"]] == list(b.SIZES)
-    for row in report["results"].values():
-        assert set(row) == set(b.METHODS)
-        for meth in row.values():
-            assert len(meth["host_us"]["samples"]) == 5
-    assert set(report["ratios"]) == {"16", "32", "64", "72"}
-    md = (tmp_path / "out" / "bench_copy.md").read_text()
-    assert "| 16 (exact) |" in md and "fallback / exact" in md and "| 2048 |" in md
+    for key, row in report["results"].items():
+        assert len(row["blocks"]) == 6 and set(row["summary"]) == set(b.METHODS)
+        assert len(row["ratios"]["fallback/op"]["host_us"]["samples"]) == 6
+        assert ("fallback_vs_exact" in row) == (int(key) in b.EXACT)
+    md = (tmp_path / "bench_copy.md").read_text()
+    assert "| 16 (exact) |" in md and "A/A" in md and "target ≤ 1.3" in md
     if importlib.util.find_spec("matplotlib"):
-        assert (tmp_path / "out" / "bench_copy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert (tmp_path / "bench_copy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_gpu_mode_refuses_bad_arguments():
     b = _load()
-    with pytest.raises(SystemExit):
-        b.parse_args(["--calls", "0"])
+    for bad in (["--blocks", "1"], ["--calls", "0"], ["--sizes", "513"]):
+        with pytest.raises(SystemExit):
+            b.parse_args(bad)
     args = b.parse_args([])
-    assert args.calls >= 20000 and args.repeats >= 5 and list(args.sizes) == list(b.SIZES)
+    assert args.blocks >= 20 and list(args.sizes) == list(b.SIZES)
 
 
 def test_launch_cost_compiles(tmp_path):
+    import shutil
+
     nvcc = shutil.which("nvcc")
     assert nvcc, "nvcc is needed to compile benchmarks/launch_cost.cu"
     proc = subprocess.run(

@@ -85,7 +85,23 @@ def test_shared_library_defines_the_ops(wheel_build):
     out = subprocess.run([nm, "-D", "-C", "--defined-only", str(path)], capture_output=True, text=True).stdout
     assert "copy_to_gpu_no_ce(at::Tensor const&, at::Tensor&)" in out
     assert "copy_to_gpu_no_ce_fallback_impl(at::Tensor const&, at::Tensor&)" in out
+    assert "copy_list_to_gpu_no_ce(c10::ArrayRef<long>)" in out
     assert "PyInit__C" in out
+    # Python's limited API only (cp310-abi3), plus libtorch_python's THPVariable_Wrap
+    undefined = subprocess.run([nm, "-D", "-C", "--undefined-only", str(path)], capture_output=True, text=True).stdout
+    assert "THPVariable_Wrap(at::TensorBase const&)" in undefined
+    assert "PyList_GetItem" in undefined and "PyList_GET_ITEM" not in undefined
+
+
+def test_wheel_is_abi3_and_pins_the_build_torch(wheel_build):
+    import torch
+
+    assert wheel_build["wheel"].name.endswith("-cp310-abi3-linux_x86_64.whl"), wheel_build["wheel"].name
+    with zipfile.ZipFile(wheel_build["wheel"]) as whl:
+        meta = whl.read(next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+        tags = whl.read(next(n for n in whl.namelist() if n.endswith(".dist-info/WHEEL"))).decode()
+    assert f"Requires-Dist: torch=={torch.__version__.split('+')[0]}" in meta.splitlines()
+    assert "Tag: cp310-abi3-linux_x86_64" in tags.splitlines()
 
 
 def test_wheel_carries_plugin_and_unchanged_sources(wheel_build):

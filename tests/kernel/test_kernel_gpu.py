@@ -12,6 +12,10 @@ runs them on the device machine, also under compute-sanitizer memcheck.
 - Own tests: every N in 1..512 through the dispatched op and the forced
   fallback, against torch's copy; which kernel each N launches (profiler);
   writes stay inside the output; the input is captured at launch.
+- The list entry points (copy_list_to_gpu_no_ce): the C function the sglang
+  plugin installs and the int[] op behind the dispatcher, every N in 1..512,
+  new int32 tensor on the current device, refusals; the plugin's copy-engine
+  branch replacement hands N > 512 to the original.
 - The unpatched pre-image, compiled the same way, fails at N=16 with
   "unexpected N" (and works at N=64): the bug is real before the fix.
 
@@ -125,6 +129,59 @@ def test_input_is_captured_at_launch(ext, n):
         x.fill_(0)
     stream.synchronize()
     assert y.cpu().tolist() == before
+
+
+def _list_entry_points(ext):
+    import sgl_kernel_ext
+
+    return {"c_function": sgl_kernel_ext.list_entry_point(), "dispatcher": ext.copy_list_to_gpu_no_ce}
+
+
+def test_list_entry_points_every_length(ext):
+    rng = torch.Generator().manual_seed(0)
+    for name, fn in _list_entry_points(ext).items():
+        for n in range(1, 513):
+            values = torch.randint(INT32.min, INT32.max, (n,), dtype=torch.int32, generator=rng).tolist()
+            out = fn(values if n % 2 else tuple(values))
+            assert out.dtype == torch.int32 and out.shape == (n,), (name, n)
+            assert out.device == torch.device("cuda", torch.cuda.current_device()), (name, n)
+            assert out.cpu().tolist() == values, (name, n)
+
+
+@pytest.mark.parametrize(
+    "values, error, match",
+    [
+        ([], RuntimeError, r"empty \(N = 0\)"),
+        ([1] * 513, RuntimeError, r"N = 513 exceeds the maximum of 512"),
+        ([0, 1, 2, 2**31], RuntimeError, r"values\[3\] = 2147483648 does not fit in int32"),
+        ([0] * 20 + [-(2**31) - 1], RuntimeError, r"values\[20\] = -2147483649 does not fit in int32"),
+        ([0, 1.5], TypeError, ""),
+    ],
+)
+def test_list_entry_points_refuse(ext, values, error, match):
+    for name, fn in _list_entry_points(ext).items():
+        if error is TypeError and name == "dispatcher":
+            continue  # the dispatcher refuses a float in int[] with its own RuntimeError
+        with pytest.raises(error, match=match):
+            fn(values)
+    with pytest.raises(TypeError, match="list or tuple"):
+        _list_entry_points(ext)["c_function"](torch.tensor([1, 2]))
+
+
+def test_plugin_pinned_replacement_keeps_the_original_past_512(ext):
+    from sgl_kernel_ext.sglang_plugin import pinned_replacement
+
+    seen = []
+
+    def original(arr):
+        seen.append(len(arr))
+        return torch.tensor(arr, dtype=torch.int32, pin_memory=True).cuda(non_blocking=True)
+
+    fn = pinned_replacement(original)
+    for n in (1, 16, 512, 513, 1024):
+        values = _random(n).tolist()
+        assert fn(values).cpu().tolist() == values
+    assert seen == [513, 1024]
 
 
 @pytest.mark.skipif(UNDER_SANITIZER, reason="the profiler (CUPTI) is not used under compute-sanitizer")

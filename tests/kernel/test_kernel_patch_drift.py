@@ -3,9 +3,9 @@
 - the pre-image side (the tree's `upstream` commit, which `sgl-overlay fetch`
   rebuilt from the patch's full-context hunks) hashes to the pinned upstream
   blobs, and the patch's `index` lines say so too;
-- sgl_kernel_ext/csrc/copy.cu has the blob id of the patch's post-image `index`
-  line and the bytes of the tree's HEAD, and `git apply` of the patch onto the
-  pre-image gives the same bytes;
+- sgl_kernel_ext/csrc/copy.cu has the blob id of the series' post-image (the last
+  patch's `index` line) and the bytes of the tree's HEAD, and `git apply` of the
+  patches in order onto the pre-image gives the same bytes;
 - the post-image is clang-format clean (upstream's sgl-kernel style) and the
   patched test file black/isort clean.
 
@@ -56,11 +56,8 @@ def test_git_apply_to_rebuilt_preimage_gives_extension_copy_cu(tmp_path):
     assert git, "git is needed"
     kp.write_tree(tmp_path, "old")
     subprocess.run([git, "init", "-q"], cwd=tmp_path, check=True)
-    subprocess.run(
-        [git, "apply", "--whitespace=nowarn", str(kp.copy_patch_path())],
-        cwd=tmp_path,
-        check=True,
-    )
+    for patch in kp.series_paths():
+        subprocess.run([git, "apply", "--whitespace=nowarn", str(patch)], cwd=tmp_path, check=True)
     assert (tmp_path / kp.COPY_CU).read_bytes() == EXT_COPY_CU.read_bytes()
     assert kp.file_blob(tmp_path / kp.TEST_COPY) == kp.index_blobs()[kp.TEST_COPY][1]
 

@@ -8,6 +8,10 @@ the schema sgl-kernel uses for ``torch.ops.sgl_kernel.copy_to_gpu_no_ce``.
 - ``copy_to_gpu_no_ce(input, output)``: the op as sgl-kernel dispatches it.
 - ``copy_to_gpu_no_ce_fallback(input, output)``: benchmark-only, forces the one
   fallback kernel at any N.
+- ``copy_list_to_gpu_no_ce(values)``: a list of 1..512 ints to a new int32 tensor on
+  the current CUDA device in one launch; the list is read in C++ (``_C``), not
+  through the dispatcher. ``torch.ops.sgl_kernel_ext.copy_list_to_gpu_no_ce`` is the
+  same function behind the dispatcher (``int[] values``).
 - ``load_jit()``: compile the sources on the fly with torch.utils.cpp_extension
   instead of importing the prebuilt ``sgl_kernel_ext._C``.
 
@@ -26,6 +30,8 @@ __all__ = [
     "MAX_N",
     "copy_to_gpu_no_ce",
     "copy_to_gpu_no_ce_fallback",
+    "copy_list_to_gpu_no_ce",
+    "list_entry_point",
     "ensure_loaded",
     "load_jit",
     "source_dir",
@@ -36,6 +42,7 @@ MAX_N = 512
 _SOURCES = ("copy.cu", "registration.cc")
 
 _loaded_from: str | None = None
+_module = None  # the loaded sgl_kernel_ext._C module (prebuilt or JIT)
 _ops: dict = {}  # op name -> torch.ops handle, looked up once (the copy is on a hot path)
 
 
@@ -79,8 +86,9 @@ def load_jit(
 
     defines = [f"-DSGL_KERNEL_EXT_NAMESPACE={namespace}", *(extra_cflags or [])]
     srcs = sources or [str(source_dir() / name) for name in _SOURCES]
+    name = f"{namespace}_jit"
     cpp_extension.load(
-        name=f"{namespace}_jit",
+        name=name,
         sources=srcs,
         extra_cflags=cxx + defines,
         extra_cuda_cflags=nvcc + defines,
@@ -90,23 +98,41 @@ def load_jit(
         verbose=verbose,
     )
     if namespace == NAMESPACE:
+        global _module
+        directory = build_directory or cpp_extension._get_build_directory(name, verbose)
+        _module = _import_module(str(Path(directory) / f"{name}.so"))
         _loaded_from = "jit"
     return namespace
+
+
+def _import_module(path: str):
+    """The JIT build's library as the module ``sgl_kernel_ext._C`` (its init
+    function is PyInit__C); the library is already loaded, so this only runs
+    the module init."""
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.ExtensionFileLoader(f"{__name__}._C", path)
+    spec = importlib.util.spec_from_file_location(f"{__name__}._C", path, loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
 
 
 def ensure_loaded() -> str:
     """Load the prebuilt extension (``sgl_kernel_ext._C``) unless the op is
     already registered (e.g. by load_jit()). Returns where it came from."""
-    global _loaded_from
+    global _loaded_from, _module
     if _registered():
         return _loaded_from or "already registered"
     try:
-        from . import _C  # noqa: F401  (registers torch.ops.sgl_kernel_ext)
+        from . import _C  # registers torch.ops.sgl_kernel_ext
     except ImportError as exc:
         raise ImportError(
             "sgl_kernel_ext._C is not built: `pip install --no-build-isolation "
             "./sgl_kernel_ext`, or call sgl_kernel_ext.load_jit() first"
         ) from exc
+    _module = _C
     _loaded_from = "prebuilt"
     return _loaded_from
 
@@ -129,3 +155,17 @@ def copy_to_gpu_no_ce_fallback(input: torch.Tensor, output: torch.Tensor) -> Non
     """Benchmark-only: like copy_to_gpu_no_ce but always the fallback kernel."""
     _op("copy_to_gpu_no_ce_fallback")(input, output)
 
+
+def list_entry_point():
+    """``_C.copy_list_to_gpu_no_ce``, the C function itself (loads the extension):
+    callers on a hot path bind this once and call it with no Python frame between."""
+    ensure_loaded()
+    if _module is None:
+        raise ImportError("sgl_kernel_ext: the op is registered but the _C module was not loaded by this package")
+    return _module.copy_list_to_gpu_no_ce
+
+
+def copy_list_to_gpu_no_ce(values: list[int]) -> torch.Tensor:
+    """A list (or tuple) of 1..512 ints, each in int32, to a new int32 tensor on the
+    current CUDA device, with one by-value kernel launch and no copy engine."""
+    return list_entry_point()(values)

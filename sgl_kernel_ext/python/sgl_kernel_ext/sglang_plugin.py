@@ -3,11 +3,23 @@
 sglang 0.5.23 calls ``sglang.srt.plugins.load_plugins()`` early in every
 process (engine, scheduler, detokenizer, DP controller); it runs each installed
 plugin's function and then ``HookRegistry.apply_hooks()``. ``register`` asks for
-a REPLACE hook on ``sgl_kernel.elementwise.copy_to_gpu_no_ce``; apply_hooks sets
-the attribute and re-points every module that holds the original by
-``from ... import`` (e.g. the ``sgl_kernel`` package re-export). sglang's caller,
-``copy_list_to_gpu_no_ce`` in ``srt/layers/moe/moe_runner/deep_gemm.py``,
-imports the name inside the function, so it gets the replacement.
+REPLACE hooks on
+
+- ``sgl_kernel.elementwise.copy_to_gpu_no_ce`` (``TARGET``): the patched op for
+  every N <= 512. apply_hooks sets the attribute and re-points every module that
+  holds the original by ``from ... import`` (e.g. the ``sgl_kernel`` package
+  re-export);
+- ``copy_list_to_gpu_no_ce`` in ``srt/layers/moe/moe_runner/deep_gemm.py``
+  (``CALLER_NO_CE``), the DeepGEMM MoE runner's no-copy-engine branch: the C
+  function that reads the per-expert count list and launches once, instead of
+  torch.tensor(list) + empty_like + the op;
+- ``copy_list_to_gpu`` in the same module (``CALLER_PINNED``), the runner's
+  copy-engine branch, where the patched sglang has it (sglang patch 0003): the
+  same one launch for 1..512 counts, the original pinned copy otherwise.
+
+The caller hooks need the built extension (``sgl_kernel_ext._C``); without it
+they are left out with a warning and the op hook still loads the extension at
+its first call.
 
 Opt-in: nothing happens unless this package is installed. Turn it off with
 ``SGL_KERNEL_EXT_DISABLE=1``, or leave its name out of ``SGLANG_PLUGINS``.
@@ -15,12 +27,16 @@ Opt-in: nothing happens unless this package is installed. Turn it off with
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 
 logger = logging.getLogger(__name__)
 
 TARGET = "sgl_kernel.elementwise.copy_to_gpu_no_ce"
+CALLER_MODULE = "sglang.srt.layers.moe.moe_runner.deep_gemm"
+CALLER_NO_CE = f"{CALLER_MODULE}.copy_list_to_gpu_no_ce"
+CALLER_PINNED = f"{CALLER_MODULE}.copy_list_to_gpu"
 
 
 def replacement():
@@ -31,6 +47,31 @@ def replacement():
     return sgl_kernel_ext.copy_to_gpu_no_ce
 
 
+def list_replacement():
+    """What the no-copy-engine caller becomes: the extension's C function itself."""
+    import sgl_kernel_ext
+
+    return sgl_kernel_ext.list_entry_point()
+
+
+def pinned_replacement(original):
+    """What the copy-engine caller becomes: one launch for 1..MAX_N counts (the
+    kernel-argument copy needs no copy engine, but may run where one is allowed),
+    ``original`` for any other length."""
+    import sgl_kernel_ext
+
+    fast = sgl_kernel_ext.list_entry_point()
+    max_n = sgl_kernel_ext.MAX_N
+
+    def copy_list_to_gpu(arr):
+        if 0 < len(arr) <= max_n:
+            return fast(arr)
+        return original(arr)
+
+    copy_list_to_gpu.__wrapped__ = original
+    return copy_list_to_gpu
+
+
 def register() -> bool:
     if os.environ.get("SGL_KERNEL_EXT_DISABLE", "") not in ("", "0"):
         logger.info("sgl_kernel_ext: disabled by SGL_KERNEL_EXT_DISABLE")
@@ -39,4 +80,17 @@ def register() -> bool:
 
     HookRegistry.register(TARGET, replacement(), HookType.REPLACE)
     logger.info("sgl_kernel_ext: %s -> torch.ops.sgl_kernel_ext", TARGET)
+    try:
+        fast = list_replacement()
+        caller = importlib.import_module(CALLER_MODULE)
+    except ImportError as exc:
+        logger.warning("sgl_kernel_ext: caller fast path not installed (%s)", exc)
+        return True
+    HookRegistry.register(CALLER_NO_CE, fast, HookType.REPLACE)
+    hooked = [CALLER_NO_CE]
+    original = getattr(caller, CALLER_PINNED.rpartition(".")[2], None)
+    if original is not None:
+        HookRegistry.register(CALLER_PINNED, pinned_replacement(original), HookType.REPLACE)
+        hooked.append(CALLER_PINNED)
+    logger.info("sgl_kernel_ext: %s -> sgl_kernel_ext._C.copy_list_to_gpu_no_ce", ", ".join(hooked))
     return True
