@@ -16,6 +16,8 @@ import sgl_kernel_ext
 
 calls = []
 sgl_kernel_ext.copy_to_gpu_no_ce = lambda i, o: calls.append("ext")  # the op needs a GPU
+list_calls = []
+sgl_kernel_ext.list_entry_point = lambda: lambda arr: list_calls.append(list(arr)) or "fast"  # likewise
 
 from sglang.srt.plugins import load_plugins  # noqa: E402
 
@@ -38,10 +40,23 @@ fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name
 imports = [
     (n.module, [a.name for a in n.names]) for n in ast.walk(fn) if isinstance(n, ast.ImportFrom)
 ]
+from sglang.srt.layers.moe.moe_runner import deep_gemm  # noqa: E402  (hooked by load_plugins)
+
+list_results = []
+callers = [(deep_gemm.copy_list_to_gpu_no_ce, [1, 2, 3])]
+if hasattr(deep_gemm, "copy_list_to_gpu"):  # sglang patch 0003
+    callers.append((deep_gemm.copy_list_to_gpu, [4] * 512))
+for fn, arr in callers:
+    try:
+        list_results.append(fn(arr))
+    except Exception as exc:  # the unhooked callers need CUDA
+        list_results.append(type(exc).__name__)
 print(
     json.dumps(
         {
             "calls": calls,
+            "list_calls": list_calls,
+            "list_results": list_results,
             "stock_calls": sgl_kernel.elementwise.STOCK_CALLS,
             "replaced": sgl_kernel.elementwise.copy_to_gpu_no_ce is not stock_fn[0],
             "caller_imports": imports,

@@ -49,9 +49,8 @@ def _layout(tmp_path: Path) -> Path:
     return site
 
 
-def _probe(stock_root, tmp_path, **env):
+def _probe(root, tmp_path, **env):
     site = _layout(tmp_path)
-    root = stock_root("sglang")
     extra = {"SGLANG_PLUGINS": "", "SGL_KERNEL_EXT_DISABLE": "", **env}
     return run_probe(root, HERE / "probe_plugin.py", extra_env=extra, extra_path=(site, kp.EXT_DIR / "python", HERE))
 
@@ -63,19 +62,28 @@ def test_pyproject_declares_the_plugin():
 
 
 def test_plugin_routes_sgl_kernel_to_extension(stock_root, tmp_path):
-    result = _probe(stock_root, tmp_path)
+    result = _probe(stock_root("sglang"), tmp_path)
     assert result["replaced"] is True
     assert result["calls"] == ["ext", "ext"]  # sgl_kernel.elementwise.* and sgl_kernel.*
     assert result["stock_calls"] == []
     # the caller imports the name inside the function, so it gets the replacement
     assert ["sgl_kernel.elementwise", ["copy_to_gpu_no_ce"]] in result["caller_imports"]
+    # stock sglang: the no-copy-engine caller is the extension's C function
+    assert result["list_calls"] == [[1, 2, 3]] and result["list_results"] == ["fast"]
+
+
+def test_plugin_replaces_both_callers_of_the_patched_runner(patched_root, tmp_path):
+    result = _probe(patched_root("sglang"), tmp_path)
+    assert result["list_calls"] == [[1, 2, 3], [4] * 512]
+    assert result["list_results"] == ["fast", "fast"]
 
 
 @pytest.mark.parametrize(
     "env", [{"SGL_KERNEL_EXT_DISABLE": "1"}, {"SGLANG_PLUGINS": "some_other_plugin"}], ids=["disable", "whitelist"]
 )
 def test_plugin_can_be_turned_off(stock_root, tmp_path, env):
-    result = _probe(stock_root, tmp_path, **env)
+    result = _probe(stock_root("sglang"), tmp_path, **env)
     assert result["replaced"] is False
     assert result["calls"] == []
     assert result["stock_calls"] == ["stock", "stock"]
+    assert result["list_calls"] == [] and "fast" not in result["list_results"]
