@@ -29,6 +29,10 @@ the blocks, fixed --seed); op_again / op is the A/A control: an interval that a
 real difference must leave. Every block draws fresh random full-range int32
 values, poisons the outputs and checks the last call of each method.
 
+--values: "full" draws every value from the whole int32 range (the worst case for
+reading a Python list: ints of two 30-bit digits); "counts" draws per-expert token
+counts, 0..8191, what sglang's caller really passes.
+
 --profile: device-side durations of the kernels (torch.profiler / CUPTI): the
 exact kernel (through op) and the fallback kernel (forced) at 16/32/64/72, and
 the fallback at the other N, --profile-calls launches each.
@@ -169,7 +173,7 @@ def to_markdown(report: dict) -> str:
         f"- driver {m.get('driver')}, torch {m.get('torch')}, CUDA (torch) {m.get('cuda')}, Python {m.get('python')}",
         f"- clocks at start: {m.get('clocks_start')}; at end: {m.get('clocks_end')}",
         f"- {c['blocks']} paired blocks per N, {c['calls']} calls per method per block, method order shuffled "
-        f"per block (seed {c['seed']}); ratios: median of per-block ratios, 95 % bootstrap interval "
+        f"per block (seed {c['seed']}); values uniform in {c.get('value_range')} ({c.get('values')}); ratios: median of per-block ratios, 95 % bootstrap interval "
         f"({c['bootstrap']} resamples); op_again/op is the A/A control",
         "",
         "## Host µs per call (median over blocks)",
@@ -403,7 +407,13 @@ def _timed(torch, call, calls: int, start, end) -> tuple[float, float]:
     return (t1 - t0) / 1e3 / calls, start.elapsed_time(end) * 1e3 / calls
 
 
-def run_blocks(torch, ext, n: int, blocks: int, calls: int, warmup: int, rng: random.Random) -> tuple[list[dict], list[str]]:
+VALUE_RANGES = {"full": (INT32_MIN, INT32_MAX), "counts": (0, 8191)}
+
+
+def run_blocks(
+    torch, ext, n: int, blocks: int, calls: int, warmup: int, rng: random.Random, values: str = "full"
+) -> tuple[list[dict], list[str]]:
+    lo, hi = VALUE_RANGES[values]
     fns, st = make_calls(torch, ext, n)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for fn in fns.values():
@@ -412,7 +422,7 @@ def run_blocks(torch, ext, n: int, blocks: int, calls: int, warmup: int, rng: ra
     errors: list[str] = []
     out = []
     for b in range(blocks):
-        st["values"] = [rng.randint(INT32_MIN, INT32_MAX) for _ in range(n)]
+        st["values"] = [rng.randint(lo, hi) for _ in range(n)]
         st["cpu"].copy_(torch.tensor(st["values"], dtype=torch.int32))
         for t in st["out"].values():
             t.fill_(-1)  # poison: every method must rewrite its output
@@ -473,7 +483,7 @@ def run_gpu(args) -> dict:
         torch.cuda.synchronize()
     results, errors = {}, []
     for n in args.sizes:
-        blocks, errs = run_blocks(torch, ext, n, args.blocks, args.calls, args.warmup, rng)
+        blocks, errs = run_blocks(torch, ext, n, args.blocks, args.calls, args.warmup, rng, args.values)
         results[str(n)] = {"blocks": blocks}
         errors += errs
         med = {m: statistics.median(b[m]["host_us"] for b in blocks) for m in METHODS}
@@ -484,7 +494,9 @@ def run_gpu(args) -> dict:
 
 
 def build_report(machine, args, results, errors, profile) -> dict:
-    config = {k: getattr(args, k) for k in ("blocks", "calls", "warmup", "warmup_seconds", "seed", "bootstrap", "sizes")}
+    keys = ("blocks", "calls", "warmup", "warmup_seconds", "seed", "bootstrap", "sizes", "values")
+    config = {k: getattr(args, k) for k in keys}
+    config["value_range"] = VALUE_RANGES[args.values]
     report = {
         "machine": machine,
         "config": config,
@@ -526,6 +538,7 @@ def parse_args(argv=None):
     p.add_argument("--warmup-seconds", type=float, default=3.0, help="untimed launches at the start of the run")
     p.add_argument("--bootstrap", type=int, default=10000, help="bootstrap resamples per interval")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--values", choices=sorted(VALUE_RANGES), default="full", help="value distribution (see above)")
     p.add_argument("--profile", action="store_true", help="device-side kernel durations (torch.profiler)")
     p.add_argument("--profile-calls", type=int, default=200)
     p.add_argument("--jit", metavar="BUILD_DIR", help="build the extension on the fly into BUILD_DIR")

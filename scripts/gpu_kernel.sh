@@ -3,8 +3,9 @@
 # wheel (cp310-abi3, pip wheel --no-build-isolation) and install it, list its machine code
 # (cuobjdump), run tests/kernel (GPU tests incl. the patched upstream test file and the
 # unpatched pre-image failing at N=16, drift, bench smoke), the GPU tests again under
-# compute-sanitizer memcheck, then benchmarks/bench_copy.py (paired blocks + profiler) and
-# Nsight Compute kernel durations (SKIP_BENCH=1 skips those two).
+# compute-sanitizer memcheck, then benchmarks/bench_copy.py (paired blocks + profiler) with
+# full-range values and with per-expert counts (outputs in $OUT/bench.tar), and with NCU=1
+# Nsight Compute kernel durations (SKIP_BENCH=1 skips the benchmarks).
 # The tests read both images from build/trees/sgl-kernel (`make trees`), so carry it:
 #   device run: command "bash scripts/gpu_kernel.sh", carry ["build/trees/sgl-kernel"]
 # Outputs under $OUT (at most 8 files).
@@ -73,14 +74,20 @@ echo "compute-sanitizer rc=$rc"; [ "$rc" = 0 ] || status=1
 
 if [ -n "${SKIP_BENCH:-}" ]; then step "done (SKIP_BENCH): status=$status"; exit $status; fi
 
-step "benchmarks/bench_copy.py (paired blocks, profiler)"
-timeout 200 $PY benchmarks/bench_copy.py --profile --out-dir "$OUT"; rc=$?
-echo "bench rc=$rc"; [ "$rc" = 0 ] || status=1
+rm -rf /tmp/bench; mkdir -p /tmp/bench
+for values in full counts; do
+  step "benchmarks/bench_copy.py --values $values (paired blocks, profiler)"
+  timeout 200 $PY benchmarks/bench_copy.py --profile --values $values --stem bench_copy_$values --out-dir /tmp/bench; rc=$?
+  echo "bench rc=$rc"; [ "$rc" = 0 ] || status=1
+done
+tar -C /tmp/bench -cf "$OUT/bench.tar" .
 
-step "Nsight Compute: exact vs fallback kernel duration"
-timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum -k regex:copy_to_gpu_no_ce --csv \
-  $PY benchmarks/ncu_kernels.py > "$OUT/ncu_kernels.csv" 2> /tmp/ncu.err; rc=$?
-echo "ncu rc=$rc"; tail -3 /tmp/ncu.err; wc -l "$OUT/ncu_kernels.csv"
+if [ -n "${NCU:-}" ]; then
+  step "Nsight Compute: exact vs fallback kernel duration"
+  timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum -k regex:copy_to_gpu_no_ce --csv \
+    $PY benchmarks/ncu_kernels.py > "$OUT/ncu_kernels.csv" 2> /tmp/ncu.err; rc=$?
+  echo "ncu rc=$rc"; tail -3 /tmp/ncu.err; $PY benchmarks/ncu_kernels.py --summarize "$OUT/ncu_kernels.csv"
+fi
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 
 step "done: status=$status"

@@ -20,11 +20,19 @@ ensure_venv() {  # dir, stamp, install-command...
   echo "venv $dir: building"
   local t0=$SECONDS
   rm -rf "$dir"
-  "$PYTHON" -m venv "$dir"
+  "${VENV_PYTHON:-$PYTHON}" -m venv "$dir"
   "$dir/bin/python" -m pip install -q "${PIP_FLAGS[@]}" --upgrade pip
   "$@"
   echo "$stamp" > "$dir/.stamp"
   echo "venv $dir: built in $((SECONDS - t0)) s, $(du -sh "$dir" | cut -f1)"
+}
+
+find_python() {  # X.Y -> an interpreter of that version: python3.Y on PATH, or pyenv's
+  local cand
+  for cand in "python$1" "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$1".*/bin/"python$1"; do
+    if "$cand" -c "import sys; sys.exit(sys.version[:${#1}] != '$1')" 2>/dev/null; then echo "$cand"; return; fi
+  done
+  echo "setup_venvs.sh: no Python $1 found (install one, e.g. pyenv install $1)" >&2; exit 1
 }
 
 install_tool() { .venv/bin/python -m pip install -q "${PIP_FLAGS[@]}" -e python/ -r requirements/tool.txt; }
@@ -43,5 +51,9 @@ for req in requirements/*.txt; do
     if [[ -f $nodeps ]]; then $py -m pip install -q "${PIP_FLAGS[@]}" --no-deps -r "$nodeps"; fi
   }
   mkdir -p .venvs
+  # a requirements file may name its Python version: "# python: 3.12"
+  version=$(sed -n 's/^# python: *//p' "$req" | head -1)
+  VENV_PYTHON=$PYTHON
+  [[ -n $version ]] && VENV_PYTHON=$(find_python "$version")
   ensure_venv ".venvs/$name" "$(stamp_of "$req" "$nodeps")" install_target
 done

@@ -5,10 +5,10 @@
 #include <ATen/core/Tensor.h>
 #include <Python.h>
 #include <c10/util/Exception.h>
-#include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
 #include <exception>
+#include <vector>
 
 // Defined in copy.cu.
 void copy_to_gpu_no_ce(const at::Tensor& input, at::Tensor& output);
@@ -32,18 +32,24 @@ PyObject* py_copy_list_to_gpu_no_ce(PyObject* /*module*/, PyObject* values) {
     return nullptr;
   }
   const Py_ssize_t n = is_list ? PyList_Size(values) : PyTuple_Size(values);
-  // On the stack up to 512 values; longer lists are refused by the op.
-  c10::SmallVector<int64_t, 512> buffer(static_cast<size_t>(n));
+  // On the stack up to kStackValues (the op's bound); longer lists are read only
+  // to be refused by the op with its own message.
+  constexpr Py_ssize_t kStackValues = 512;
+  int64_t stack[kStackValues];
+  std::vector<int64_t> heap(n > kStackValues ? n : 0);
+  int64_t* buffer = n > kStackValues ? heap.data() : stack;
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* item = is_list ? PyList_GetItem(values, i) : PyTuple_GetItem(values, i);
-    const long long value = PyLong_AsLongLong(item);
+    // long is 64-bit on Linux; PyLong_AsLong has a faster path than
+    // PyLong_AsLongLong for ints of more than one 30-bit digit.
+    const long value = PyLong_AsLong(item);
     if (value == -1 && PyErr_Occurred()) {
       return nullptr;
     }
     buffer[i] = value;
   }
   try {
-    return THPVariable_Wrap(copy_list_to_gpu_no_ce(buffer));
+    return THPVariable_Wrap(copy_list_to_gpu_no_ce(at::IntArrayRef(buffer, static_cast<size_t>(n))));
   } catch (const c10::Error& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what_without_backtrace());
   } catch (const std::exception& e) {

@@ -1,13 +1,18 @@
-"""CI (no GPU): the extension builds against this venv's torch (2.14.1, C++20).
+"""CI (no GPU): the shipped sgl_kernel_ext wheel, built against this venv's torch
+(2.14.1, C++20), as a user gets it.
 
-Builds a wheel of sgl_kernel_ext/ from a copy of it with
-`pip wheel --no-build-isolation` (nvcc compiles the patch's post-image copy.cu,
-the host compiler registration.cc, for TORCH_CUDA_ARCH_LIST=9.0+PTX), then
-checks what came out: ptxas compiled the exact kernels for 16/32/64/72 and the
-one fallback kernel without spills; the shared library defines the ops'
-functions; the wheel carries the sglang plugin entry point and the unchanged
-sources. Fails, not skips, when nvcc is missing: this is the CI build check.
-No stubs.
+Builds the wheel of sgl_kernel_ext/ from a copy of it with
+`pip wheel --no-build-isolation` and no TORCH_CUDA_ARCH_LIST, i.e. for the release
+architectures (nvcc compiles the series' post-image copy.cu, the host compiler
+registration.cc), then checks what came out: ptxas compiled the exact kernels for
+16/32/64/72 and the one fallback kernel without spills; the library holds SASS for
+exactly the architectures sglang-kernel 0.4.10 ships plus compute_80 PTX (read with
+cuobjdump); the ops' functions are defined and only the limited API is imported;
+the wheel is cp310-abi3 and requires this torch; it loads, registers the ops with
+their schemas and exposes the list entry point under Python 3.11 (this venv) and
+3.12 (.venvs/kernel-py312); it carries the sglang plugin entry point and the
+unchanged sources. Fails, not skips, when nvcc is missing: this is the CI build
+check. No stubs.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ def wheel_build(tmp_path_factory):
     src = work / "sgl_kernel_ext"
     shutil.copytree(kp.EXT_DIR, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "*.so"))
     env = dict(os.environ)
-    env.setdefault("TORCH_CUDA_ARCH_LIST", "9.0+PTX")
+    env.pop("TORCH_CUDA_ARCH_LIST", None)  # the release architectures
     env["NVCC_APPEND_FLAGS"] = (env.get("NVCC_APPEND_FLAGS", "") + " -Xptxas=-v").strip()
     env.setdefault("MAX_JOBS", str(max(1, min(4, os.cpu_count() or 1))))
     proc = subprocess.run(
@@ -113,3 +118,81 @@ def test_wheel_carries_plugin_and_unchanged_sources(wheel_build):
     assert "[sglang.srt.plugins]" in entry_points
     assert "sgl_kernel_ext.sglang_plugin:register" in entry_points
     assert copy_cu == kp.image("new", kp.COPY_CU)
+
+
+# sglang-kernel 0.4.10 (sglang_kernel-0.4.10-cp310-abi3-manylinux2014_x86_64.whl),
+# `cuobjdump -res-usage sgl_kernel/sm90/common_ops.abi3.so` (and sm100/): the
+# architectures with SASS of copy_to_gpu_no_ce_kernel; no PTX.
+SGLANG_KERNEL_0_4_10_SASS = {"sm_80", "sm_89", "sm_90", "sm_90a", "sm_100f", "sm_120a"}
+
+
+def _cuobjdump() -> str:
+    exe = shutil.which("cuobjdump")
+    if exe:
+        return exe
+    import importlib.util
+
+    spec = importlib.util.find_spec("triton")  # triton's wheel carries one
+    assert spec and spec.submodule_search_locations, "cuobjdump is needed (CUDA toolkit or triton)"
+    path = os.path.join(spec.submodule_search_locations[0], "backends", "nvidia", "bin", "cuobjdump")
+    assert os.path.exists(path), path
+    return path
+
+
+def _library(wheel_build):
+    with zipfile.ZipFile(wheel_build["wheel"]) as whl:
+        (name,) = [n for n in whl.namelist() if re.match(r"sgl_kernel_ext/_C.*\.so$", n)]
+        path = wheel_build["work"] / "lib.so"
+        path.write_bytes(whl.read(name))
+    return path
+
+
+def test_machine_code_for_the_architectures_sglang_kernel_ships(wheel_build):
+    lib = str(_library(wheel_build))
+    exe = _cuobjdump()
+    elf = subprocess.run([exe, "--list-elf", lib], capture_output=True, text=True, check=True).stdout
+    ptx = subprocess.run([exe, "--list-ptx", lib], capture_output=True, text=True, check=True).stdout
+    sass = set(re.findall(r"\.(sm_\w+)\.cubin", elf))
+    assert sass == SGLANG_KERNEL_0_4_10_SASS, elf
+    assert set(re.findall(r"\.(sm_\w+)\.ptx", ptx)) == {"sm_80"}, ptx
+
+
+LOAD_PROBE = """
+import json, sys, torch
+import sgl_kernel_ext
+how = sgl_kernel_ext.ensure_loaded()
+ops = {n: str(getattr(torch.ops.sgl_kernel_ext, n).default._schema)
+       for n in ("copy_to_gpu_no_ce", "copy_list_to_gpu_no_ce", "copy_to_gpu_no_ce_fallback")}
+print(json.dumps({"python": sys.version_info[:2], "how": how, "so": sgl_kernel_ext._C.__file__, "ops": ops,
+                  "list": type(sgl_kernel_ext.list_entry_point()).__name__}))
+"""
+
+
+@pytest.mark.parametrize("venv", [".venvs/sglang", ".venvs/kernel-py312"])
+def test_wheel_loads_and_registers_under_python(wheel_build, tmp_path, venv):
+    import json
+
+    python = kp.REPO_ROOT / venv / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"{venv} is not built (scripts/setup_venvs.sh)")
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel_build["wheel"]) as whl:
+        whl.extractall(site)
+    proc = subprocess.run(
+        [str(python), "-c", LOAD_PROBE],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(site)},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["how"] == "prebuilt" and out["so"].endswith("_C.abi3.so"), out
+    assert out["list"] == "builtin_function_or_method"
+    assert out["ops"] == {
+        "copy_to_gpu_no_ce": "sgl_kernel_ext::copy_to_gpu_no_ce(Tensor input, Tensor($0! -> ) output) -> ()",
+        "copy_list_to_gpu_no_ce": "sgl_kernel_ext::copy_list_to_gpu_no_ce(int[] values) -> Tensor",
+        "copy_to_gpu_no_ce_fallback": "sgl_kernel_ext::copy_to_gpu_no_ce_fallback(Tensor input, Tensor($0! -> ) output) -> ()",
+    }
+    assert tuple(out["python"]) == ((3, 11) if venv.endswith("sglang") else (3, 12))

@@ -7,15 +7,32 @@ import os
 import shutil
 from pathlib import Path
 
-# Arch list used when TORCH_CUDA_ARCH_LIST is unset and no GPU is visible
-# (a CPU-only build machine): Hopper machine code plus PTX for newer GPUs.
-DEFAULT_ARCH_LIST = "9.0+PTX"
+# Machine code built when TORCH_CUDA_ARCH_LIST is unset and no GPU is visible (a
+# CPU-only build machine, i.e. the wheel that is shipped): the architectures
+# sglang-kernel 0.4.10 has SASS of copy_to_gpu_no_ce for (cuobjdump of its
+# common_ops.abi3.so: sm_80, sm_89, sm_90, sm_90a, sm_100f, sm_120a), plus
+# compute_80 PTX, which the driver compiles for any other GPU of capability >= 8.0.
+# sm_100f (the sm_100 family) needs nvcc >= 12.9.
+RELEASE_GENCODES = (
+    ("compute_80", "sm_80"),
+    ("compute_89", "sm_89"),
+    ("compute_90", "sm_90"),
+    ("compute_90a", "sm_90a"),
+    ("compute_100f", "sm_100f"),
+    ("compute_120a", "sm_120a"),
+    ("compute_80", "compute_80"),
+)
+
+
+def release_gencode_flags() -> list[str]:
+    return [f"-gencode=arch={arch},code={code}" for arch, code in RELEASE_GENCODES]
 
 
 def prepare() -> tuple[list[str], list[str], list[str]]:
-    """(cxx flags, nvcc flags, include dirs), after setting what torch.utils.cpp_extension
-    reads: CUDA_HOME (see ensure_cuda_home) and, on a machine without a GPU,
-    TORCH_CUDA_ARCH_LIST.
+    """(cxx flags, nvcc flags, include dirs), after setting CUDA_HOME, which
+    torch.utils.cpp_extension reads (see ensure_cuda_home). Architectures:
+    TORCH_CUDA_ARCH_LIST if set, else the visible GPUs (torch's default), else
+    RELEASE_GENCODES.
 
     No -std flag: torch.utils.cpp_extension adds the standard the installed torch
     was built with (-std=c++20 for torch 2.14.1, whose headers need it; -std=c++17
@@ -27,9 +44,11 @@ def prepare() -> tuple[list[str], list[str], list[str]]:
 
     if cuda_home and cpp_extension.CUDA_HOME != cuda_home:
         cpp_extension.CUDA_HOME = cuda_home  # imported before the environment was set
+    nvcc = ["-O3"]
     if not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
-        os.environ["TORCH_CUDA_ARCH_LIST"] = DEFAULT_ARCH_LIST
-    return ["-O3"], ["-O3"], extra_include_dirs(cpp_extension.CUDA_HOME)
+        # explicit -gencode flags: torch then adds none of its own
+        nvcc += release_gencode_flags()
+    return ["-O3"], nvcc, extra_include_dirs(cpp_extension.CUDA_HOME)
 
 
 def extra_include_dirs(cuda_home: str | None = None) -> list[str]:
