@@ -20,6 +20,7 @@ from sgl_overlay.wheels import patched_wheel_name, shipped_changes, wheel_path_o
 KERNEL_DISTS = ("sglang-kernel", "sgl-kernel")
 EXT_DIST = "sgl-kernel-ext"
 EXT_MODULE = "sgl_kernel_ext"
+EXT_FAST_PATH = Version("0.2.0")  # first sgl_kernel_ext with the runner's list entry point
 
 # Runs inside the inspected interpreter: standard library only.
 _PROBE = r"""
@@ -42,8 +43,9 @@ if "--live" in names and any(n in dists for n in ("sgl-kernel-ext",)):
             src = torch.arange(16, dtype=torch.int32) * 7 - 3
             dst = torch.empty(16, dtype=torch.int32, device="cuda")
             sgl_kernel_ext.copy_to_gpu_no_ce(src, dst)
+            fast = sgl_kernel_ext.copy_list_to_gpu_no_ce(src.tolist())
             torch.cuda.synchronize()
-            live = bool(torch.equal(dst.cpu(), src))
+            live = bool(torch.equal(dst.cpu(), src) and torch.equal(fast.cpu(), src))
     except Exception as exc:
         live = f"{type(exc).__name__}: {exc}"
 print(json.dumps({"dists": dists, "plugins": plugins, "live": live, "python": sys.executable}))
@@ -105,8 +107,14 @@ def check_kernel(data: dict, dist_dir: Path) -> list[Finding]:
     wired = [ep for ep in data["plugins"] if ep[1].startswith(EXT_MODULE)]
     findings.append(Finding("sgl-kernel", "wired into sglang through a sglang.srt.plugins entry point",
                             bool(wired), "" if wired else fix))
+    if EXT_DIST in dists:
+        fast = Version(dists[EXT_DIST]["version"]) >= EXT_FAST_PATH
+        findings.append(Finding("sgl-kernel", "fast caller path: the DeepGEMM runner's count list read in C++, "
+                                "one launch (plugin hooks on copy_list_to_gpu_no_ce / copy_list_to_gpu)",
+                                fast, "" if fast else fix))
     if data["live"] is not None:
-        findings.append(Finding("sgl-kernel", "live N=16 copy on the GPU", data["live"] is True,
+        findings.append(Finding("sgl-kernel", "live N=16 copy on the GPU (tensor op and list entry point)",
+                                data["live"] is True,
                                 "" if data["live"] is True else f"{data['live']}; reinstall: {fix}"))
     return findings
 

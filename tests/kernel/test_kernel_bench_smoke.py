@@ -95,3 +95,29 @@ def test_launch_cost_compiles(tmp_path):
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_caller_cost_from_a_smoke_report(tmp_path):
+    bench = subprocess.run(
+        [sys.executable, str(BENCH), "--smoke", "--blocks", "4", "--bootstrap", "100", "--values", "counts",
+         "--out-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bench.returncode == 0, bench.stderr
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "caller_cost.py"), "--bench", str(tmp_path / "bench_copy.json"),
+         "--out-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "caller_cost.json").read_text())
+    glm = [r for r in report["rows"] if r["model"].startswith("GLM-5.2")]
+    assert [r["local_experts"] for r in glm] == [16, 16] and all(r["moe_layers"] == 75 for r in glm)
+    smoke = json.loads((tmp_path / "bench_copy.json").read_text())["results"]["16"]["blocks"]
+    expected = statistics.median(b["caller_no_ce"]["host_us"] * 75 for b in smoke)
+    assert glm[0]["before_us_per_step"] == pytest.approx(expected)
+    assert "not end to end" in report["what"]

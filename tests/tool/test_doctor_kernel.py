@@ -1,0 +1,39 @@
+"""`sgl-overlay doctor`'s kernel findings: the extension, its plugin entry point and
+the fast caller path (sgl_kernel_ext >= 0.2.0), from the probe's data."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from sgl_overlay.doctor import EXT_DIST, check_kernel
+
+EXT_PYPROJECT = Path(__file__).resolve().parents[2] / "sgl_kernel_ext" / "pyproject.toml"
+
+EP = ["sgl_kernel_ext_copy_to_gpu_no_ce", "sgl_kernel_ext.sglang_plugin:register"]
+
+
+def _findings(version: str | None, plugins=(EP,), live=None):
+    dists = {"sglang-kernel": {"version": "0.4.10", "root": "/x"}}
+    if version:
+        dists[EXT_DIST] = {"version": version, "root": "/x"}
+    return {f.what.split(":")[0]: f.ok for f in check_kernel({"dists": dists, "plugins": list(plugins), "live": live},
+                                                             Path("dist"))}
+
+
+def test_current_extension_reports_the_fast_path():
+    version = tomllib.loads(EXT_PYPROJECT.read_text())["project"]["version"]
+    found = _findings(version, live=True)
+    assert found["fast caller path"] is True
+    assert all(found.values()), found
+
+
+def test_older_extension_lacks_the_fast_path():
+    found = _findings("0.1.0")
+    assert found["fast caller path"] is False
+    assert found[f"{EXT_DIST} installed (copy_to_gpu_no_ce for any N <= 512)"] is True
+
+
+def test_no_extension_no_fast_path_finding():
+    found = _findings(None, plugins=())
+    assert "fast caller path" not in found and not any(found.values())
