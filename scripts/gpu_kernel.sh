@@ -46,8 +46,15 @@ rm -rf /tmp/skx_dist
 $PY -m pip wheel --no-build-isolation --no-deps --no-index -w /tmp/skx_dist ./sgl_kernel_ext 2>&1 | tail -3 || status=1
 echo "build took $(( $(date +%s) - t0 )) s"
 ls -l /tmp/skx_dist; sha256sum /tmp/skx_dist/*.whl
-unzip -p /tmp/skx_dist/*.whl '*/METADATA' | grep -E '^(Name|Version|Requires-Dist)'
-unzip -p /tmp/skx_dist/*.whl '*/WHEEL' | grep ^Tag
+$PY - /tmp/skx_dist/*.whl <<'PY'
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as whl:
+    for name in whl.namelist():
+        if name.endswith((".dist-info/METADATA", ".dist-info/WHEEL")):
+            for line in whl.read(name).decode().splitlines():
+                if line.startswith(("Name:", "Version:", "Requires-Dist:", "Tag:")):
+                    print(line)
+PY
 $PY -m pip install --no-deps --no-index --force-reinstall /tmp/skx_dist/*.whl 2>&1 | tail -1 || status=1
 (cd /tmp && $PY - <<'PY'
 import sgl_kernel_ext as s, torch

@@ -121,9 +121,11 @@ def test_wheel_carries_plugin_and_unchanged_sources(wheel_build):
 
 
 # sglang-kernel 0.4.10 (sglang_kernel-0.4.10-cp310-abi3-manylinux2014_x86_64.whl),
-# `cuobjdump -res-usage sgl_kernel/sm90/common_ops.abi3.so` (and sm100/): the
-# architectures with SASS of copy_to_gpu_no_ce_kernel; no PTX.
-SGLANG_KERNEL_0_4_10_SASS = {"sm_80", "sm_89", "sm_90", "sm_90a", "sm_100f", "sm_120a"}
+# sgl_kernel/sm90/common_ops.abi3.so and sm100/: `cuobjdump --list-elf` names these cubins
+# (no PTX), and `cuobjdump -res-usage` shows copy_to_gpu_no_ce_kernel in each, the sm_100
+# one as `arch = sm_100f` (the sm_100 family).
+SGLANG_KERNEL_0_4_10_ELF = {"sm_80", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_120a"}
+SGLANG_KERNEL_0_4_10_ARCH = {"sm_80", "sm_89", "sm_90", "sm_90a", "sm_100f", "sm_120a"}
 
 
 def _cuobjdump() -> str:
@@ -152,9 +154,17 @@ def test_machine_code_for_the_architectures_sglang_kernel_ships(wheel_build):
     exe = _cuobjdump()
     elf = subprocess.run([exe, "--list-elf", lib], capture_output=True, text=True, check=True).stdout
     ptx = subprocess.run([exe, "--list-ptx", lib], capture_output=True, text=True, check=True).stdout
-    sass = set(re.findall(r"\.(sm_\w+)\.cubin", elf))
-    assert sass == SGLANG_KERNEL_0_4_10_SASS, elf
+    assert set(re.findall(r"\.(sm_\w+)\.cubin", elf)) == SGLANG_KERNEL_0_4_10_ELF, elf
     assert set(re.findall(r"\.(sm_\w+)\.ptx", ptx)) == {"sm_80"}, ptx
+    res = subprocess.run([exe, "-res-usage", lib], capture_output=True, text=True, check=True).stdout
+    arch = None
+    with_kernel = set()
+    for line in res.splitlines():
+        if line.startswith("arch = "):
+            arch = line.split("=", 1)[1].strip()
+        elif "copy_to_gpu_no_ce_fallback_kernel" in line:
+            with_kernel.add(arch)
+    assert with_kernel == SGLANG_KERNEL_0_4_10_ARCH, res[:3000]
 
 
 LOAD_PROBE = """
