@@ -206,3 +206,22 @@ def test_wheel_loads_and_registers_under_python(wheel_build, tmp_path, venv):
         "copy_to_gpu_no_ce_fallback": "sgl_kernel_ext::copy_to_gpu_no_ce_fallback(Tensor input, Tensor($0! -> ) output) -> ()",
     }
     assert tuple(out["python"]) == ((3, 11) if venv.endswith("sglang") else (3, 12))
+
+
+def _symbol_versions(path, prefix: str) -> list[tuple[int, ...]]:
+    out = subprocess.run([shutil.which("objdump") or "objdump", "-T", str(path)], capture_output=True, text=True,
+                         check=True).stdout
+    return sorted({tuple(int(x) for x in v.split(".")) for v in re.findall(rf"\b{prefix}_([0-9.]+[0-9])\b", out)})
+
+
+def test_needs_no_newer_libstdcxx_than_torch(wheel_build):
+    # The pitfall in the README (a newer GCC's headers against an older libstdc++ at run
+    # time) cannot reach users if the extension asks libstdc++ for nothing newer than
+    # torch's own libraries do: wherever torch loads, so does the extension.
+    import torch
+
+    lib = _library(wheel_build)
+    torch_cpu = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
+    for prefix in ("GLIBCXX", "CXXABI"):
+        ours, theirs = _symbol_versions(lib, prefix), _symbol_versions(torch_cpu, prefix)
+        assert ours and theirs and max(ours) <= max(theirs), (prefix, max(ours), max(theirs))
