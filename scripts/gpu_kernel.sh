@@ -5,7 +5,8 @@
 # unpatched pre-image failing at N=16, drift, bench smoke), the GPU tests again under
 # compute-sanitizer memcheck, then benchmarks/bench_copy.py (paired blocks + profiler) with
 # full-range values and with per-expert counts (outputs in $OUT/bench.tar), and with NCU=1
-# Nsight Compute kernel durations (SKIP_BENCH=1 skips the benchmarks).
+# Nsight Compute kernel durations (SKIP_BENCH=1 skips the benchmarks; RELEASE_ARCHS and
+# CARRIED_WHEEL below).
 # The tests read both images from build/trees/sgl-kernel (`make trees`), so carry it:
 #   device run: command "bash scripts/gpu_kernel.sh", carry ["build/trees/sgl-kernel"]
 # Outputs under $OUT (at most 8 files).
@@ -15,7 +16,13 @@ OUT=${OUT:-/tmp/gpu_kernel_out}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/gpu_tests.log") 2>&1
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
-export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+# RELEASE_ARCHS=1: build the release architectures (sgl_kernel_ext/README.md, "The wheel")
+# and run the GPU tests once more with CUDA_FORCE_PTX_JIT=1 (the compute_80 PTX).
+if [ -n "${RELEASE_ARCHS:-}" ]; then
+  export SGL_KERNEL_EXT_ARCHS=release; unset TORCH_CUDA_ARCH_LIST
+else
+  export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+fi
 export MAX_JOBS=${MAX_JOBS:-16}
 export SGL_KERNEL_EXT_BUILD_DIR=${SGL_KERNEL_EXT_BUILD_DIR:-/tmp/sgl_kernel_ext_build}
 # Build with the compiler whose libstdc++ the process loads. On the H200 image, Python's
@@ -79,6 +86,33 @@ SGL_KERNEL_EXT_UNDER_SANITIZER=1 timeout 240 compute-sanitizer --tool memcheck -
   | grep -v "^$"; rc=${PIPESTATUS[0]}
 echo "compute-sanitizer rc=$rc"; [ "$rc" = 0 ] || status=1
 
+if [ -n "${RELEASE_ARCHS:-}" ]; then
+  step "pytest tests/kernel/test_kernel_gpu.py with CUDA_FORCE_PTX_JIT=1 (the PTX, JIT-compiled by the driver)"
+  # torch's own kernels must have PTX for this to mean anything: probe them first
+  if CUDA_FORCE_PTX_JIT=1 $PY -c 'import torch; x = torch.randint(0, 9, (64,), device="cuda"); assert torch.equal(x.cpu(), x.clone().cpu()); torch.full((8,), -1, dtype=torch.int32, device="cuda").fill_(2)'; then
+    CUDA_FORCE_PTX_JIT=1 timeout 240 $PY -m pytest -v -rs -p no:cacheprovider tests/kernel/test_kernel_gpu.py 2>&1 \
+      | tee "$OUT/pytest_ptx_jit.log" | grep -v "^$"; rc=${PIPESTATUS[0]}
+    echo "pytest (PTX JIT) rc=$rc"; [ "$rc" = 0 ] || status=1
+  else
+    echo "CUDA_FORCE_PTX_JIT=1: torch's own kernels do not run (no PTX in torch's build): PTX run skipped"
+    CUDA_FORCE_PTX_JIT=1 timeout 120 $PY - <<'PY'
+import torch, sys
+sys.path.insert(0, "sgl_kernel_ext/python")
+import sgl_kernel_ext as s
+s.ensure_loaded()
+for n in (16, 17, 72, 512):
+    vals = list(range(n))
+    out = s.copy_list_to_gpu_no_ce(vals)  # our kernels only, from the compute_80 PTX
+    torch.cuda.synchronize()
+    print("PTX JIT: N =", n, "correct" if out.cpu().tolist() == vals else "WRONG")
+PY
+  fi
+fi
+for whl in ${CARRIED_WHEEL:-}; do
+  step "the carried wheel $whl (sha256 $(sha256sum "$whl" | cut -c1-64)) under this torch"
+  rm -rf /tmp/carried && $PY -m pip install -q --no-deps --no-index --target /tmp/carried "$whl" 2>&1 | tail -2
+  (cd /tmp && PYTHONPATH=/tmp/carried $PY -c 'import sgl_kernel_ext as s; print(s.ensure_loaded())' 2>&1 | tail -3)
+done
 if [ -n "${SKIP_BENCH:-}" ]; then step "done (SKIP_BENCH): status=$status"; exit $status; fi
 
 rm -rf /tmp/bench; mkdir -p /tmp/bench

@@ -34,8 +34,8 @@ def release_gencode_flags() -> list[str]:
 def prepare() -> tuple[list[str], list[str], list[str]]:
     """(cxx flags, nvcc flags, include dirs), after setting CUDA_HOME, which
     torch.utils.cpp_extension reads (see ensure_cuda_home). Architectures:
-    TORCH_CUDA_ARCH_LIST if set, else the visible GPUs (torch's default), else
-    RELEASE_GENCODES.
+    RELEASE_GENCODES with SGL_KERNEL_EXT_ARCHS=release, else TORCH_CUDA_ARCH_LIST if
+    set, else the visible GPUs (torch's default), else RELEASE_GENCODES.
 
     No -std flag: torch.utils.cpp_extension adds the standard the installed torch
     was built with (-std=c++20 for torch 2.14.1, whose headers need it; -std=c++17
@@ -48,7 +48,8 @@ def prepare() -> tuple[list[str], list[str], list[str]]:
     if cuda_home and cpp_extension.CUDA_HOME != cuda_home:
         cpp_extension.CUDA_HOME = cuda_home  # imported before the environment was set
     nvcc = ["-O3"]
-    if not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
+    release = os.environ.get("SGL_KERNEL_EXT_ARCHS") == "release"  # also where a GPU is visible
+    if release or (not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available()):
         # explicit -gencode flags: torch then adds none of its own
         nvcc += release_gencode_flags()
     return ["-O3"], nvcc, extra_include_dirs(cpp_extension.CUDA_HOME)
