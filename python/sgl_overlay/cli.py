@@ -10,6 +10,7 @@ from sgl_overlay import __version__, doctor, export, fetch, matrix, matrix_repor
 from sgl_overlay.checkout import Checkout, detect
 from sgl_overlay.errors import OverlayError, UsageError
 from sgl_overlay.manifest import Manifest, load_manifest
+from sgl_overlay.patchfile import read_patch
 from sgl_overlay.series import State
 from sgl_overlay.verify import verify_tree
 
@@ -141,16 +142,27 @@ def _checkouts(args: argparse.Namespace, manifest: Manifest, trees: Path) -> lis
 
 
 def _print_status(co: Checkout) -> bool:
+    """Each patch's state, read from the working files; False when a required one cannot go in."""
     ok = True
-    st = operations.statuses(co)
-    for warning in operations.preimage_warnings(co, st):
+    sv = operations.survey(co, working_files=True)
+    if sv.content.uncommitted:
+        touched = {co.placement(t.name).path(p) for t in co.targets for f in t.patch_paths()
+                   for p in read_patch(f).touched()}
+        ours = [p for p in sv.content.uncommitted if p in touched]
+        first = (ours or list(sv.content.uncommitted))[0]
+        print(f"note: {len(sv.content.uncommitted)} file(s) have uncommitted changes "
+              f"({len(ours)} touched by the patches; first: {first}): the states below read the working "
+              "files, not HEAD; apply and revert refuse until they are committed or stashed")
+    for warning in operations.preimage_warnings(co, sv):
         print(f"warning: {warning}")
-    for name, rows in st.items():
-        print(f"{name} in {co.path}:")
+    for target in co.targets:
+        name, rows = target.name, sv.rows[target.name]
+        optional = co.optional.get(name)
+        print(f"{name} in {co.path}" + (f" (optional here: {optional}; only `-t {name}` applies it):" if optional else ":"))
         for r in rows:
             extra = r.commit[:12] if r.commit else r.detail
             print(f"  {r.state.value:<20} {r.patch.label}" + (f"  ({extra})" if extra else ""))
-            ok &= r.state not in (State.CONFLICTING, State.ABSENT)
+            ok &= optional is not None or r.state not in (State.CONFLICTING, State.ABSENT)
     return ok
 
 
@@ -224,7 +236,7 @@ def run(argv: list[str] | None = None) -> int:
             ok &= _print_status(co)
         elif args.command == "check":
             try:
-                to_apply, _, warnings = operations.check(co, args.strict)
+                to_apply, sv, warnings = operations.check(co, args.strict)
             except OverlayError as exc:
                 print(f"would fail: {exc}")
                 ok = False
@@ -232,7 +244,9 @@ def run(argv: list[str] | None = None) -> int:
             for w in warnings:
                 print(f"warning: {w}")
             print(f"ok: {len(to_apply)} patch(es) would apply to {co.path}" if to_apply
-                  else f"ok: already applied in {co.path}")
+                  else f"ok: {operations.already_in(co, sv)}")
+            for line in operations.notes(co, sv):
+                print(line)
     return 0 if ok else 1
 
 

@@ -95,6 +95,12 @@ def dirty_files(repo: Path) -> list[str]:
     return [line[3:] for line in lines if line.strip()]
 
 
+def changed_files(repo: Path) -> list[str]:
+    """Tracked paths whose working file (or staged entry) differs from HEAD, deletions included."""
+    names = git(repo, "diff", "--name-only", "--no-renames", "-z", "HEAD").stdout
+    return [n for n in names.split("\0") if n]
+
+
 def blob_at(repo: Path, rev: str, path: str) -> str | None:
     proc = git(repo, "rev-parse", "--verify", "--quiet", f"{rev}:{path}", check=False)
     return proc.stdout.strip() or None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,13 +71,16 @@ class PreimageMismatch:
         return f"{self.path}: expected blob {self.expected}, found {self.found}"
 
 
-def check_preimages(repo: Path, rev: str, target: Target) -> list[PreimageMismatch]:
-    """Each pinned file whose blob at `rev` differs from the manifest (or is missing)."""
+def check_preimages(
+    repo: Path, rev: str, target: Target, where: Callable[[str], str] = str
+) -> list[PreimageMismatch]:
+    """Each pinned file whose blob at `rev` (a commit or tree) differs from the manifest (or is
+    missing). `where` maps a pinned path to its place in `repo` (a moved folder)."""
     problems = []
     for path, expected in target.preimages.items():
-        found = gitutil.blob_at(repo, rev, path)
+        found = gitutil.blob_at(repo, rev, where(path))
         if found != expected:
-            problems.append(PreimageMismatch(path, expected, found))
+            problems.append(PreimageMismatch(where(path), expected, found))
     return problems
 
 

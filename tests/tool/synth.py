@@ -150,3 +150,64 @@ def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) 
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", "sgl_overlay", *args], capture_output=True, text=True,
                           cwd=cwd, env=full_env)
+
+
+# ----------------------------------------------------------------------------- fork-shaped checkouts
+
+KERNEL = "sgl-kernel/csrc/elementwise/copy.cu"
+KERNEL_TEST = "sgl-kernel/tests/test_copy.py"
+AOT = "python/sglang/kernels/aot/"  # where sgl-project/sglang moved sgl-kernel/
+KERNEL_CU = "".join(f"kernel {i}\n" for i in range(1, 31))
+KERNEL_TEST_PY = "def test_copy():\n    pass\n"
+KT_MARKER = "python/sglang/srt/layers/moe/benchmark_kt_ep.py"  # a file only the KT fork has
+SGLANG_URL = "https://github.com/sgl-project/sglang"
+KT_URL = "https://github.com/kvcache-ai/sglang"
+
+
+def add_kernel_target(ov: Overlay, tmp: Path, upstream: str) -> Path:
+    """Add an `sgl-kernel` target to the overlay's manifest: one full-context patch (as the real
+    one is written) changing kernel line 15 of copy.cu and its test; returns the patch."""
+    work = make_upstream(tmp / "kernel-work", files={KERNEL: KERNEL_CU, KERNEL_TEST: KERNEL_TEST_PY})
+    write(work, KERNEL, edit_line(KERNEL_CU, "kernel 15\n", "kernel 15 fixed\n"))
+    write(work, KERNEL_TEST, KERNEL_TEST_PY + "def test_every_n():\n    pass\n")
+    git(work, "commit", "-qam", "sgl-kernel: copy every length")
+    out = ov.patches / "sgl-kernel"
+    out.mkdir()
+    git(work, "format-patch", "-q", "--full-index", "-U100000", "-o", str(out), "HEAD~1..HEAD")
+    patch = next(out.glob("*.patch"))
+    (ov.patches / "manifest.toml").write_text(ov.manifest_text(
+        f'\n[targets.sgl-kernel]\nkind = "patch-context"\nversion = "abc"\nupstream = "{upstream}"\n'
+        f'commit = "abc"\ncontext = "full"\nmarker = "{KERNEL}"\npatches = ["{patch.name}"]\n\n'
+        f'[targets.sgl-kernel.preimages]\n"{KERNEL}" = "{blob(KERNEL_CU)}"\n"{KERNEL_TEST}" = "{blob(KERNEL_TEST_PY)}"\n'
+    ))
+    return patch
+
+
+def make_fork_overlay(tmp: Path) -> Overlay:
+    """An overlay shaped like the real one: `sglang-kt` (project, KT fork, two patches), `sglang`
+    (project, sgl-project, no patches here) and `sgl-kernel` (component of sgl-project)."""
+    ov = make_overlay(tmp, target="sglang-kt")
+    manifest = ov.patches / "manifest.toml"
+    manifest.write_text(manifest.read_text().replace(
+        'upstream = "https://example.com/sglang-kt"', f'upstream = "{KT_URL}"\nmarker = "{KT_MARKER}"'
+    ) + f'\n[targets.sglang]\nkind = "wheel"\nversion = "1.0"\nupstream = "{SGLANG_URL}"\nproject_name = "sglang"\n'
+        'patches = []\n')
+    add_kernel_target(ov, tmp, SGLANG_URL)
+    return ov
+
+
+def make_fork_checkout(ov: Overlay, dest: Path, kernel: str = KERNEL_CU, name: str = "sglang-kt") -> Path:
+    """A kvcache-ai/sglang-shaped clone: the KT package, the fork's marker file, and its own
+    sgl-kernel/ copy. `kernel` is the fork's copy.cu, committed on top of the pinned one
+    (so a 3-way merge finds the pinned blob in history, as in the real fork)."""
+    co = clone(ov.upstream, dest)
+    write(co, "python/pyproject.toml", f'[project]\nname = "{name}"\n')
+    write(co, KT_MARKER, "# KT benchmark\n")
+    write(co, KERNEL, KERNEL_CU)
+    write(co, KERNEL_TEST, KERNEL_TEST_PY)
+    git(co, "add", "-A")
+    git(co, "commit", "-qm", "fork: KT package and sgl-kernel copy")
+    if kernel != KERNEL_CU:
+        write(co, KERNEL, kernel)
+        git(co, "commit", "-qam", "fork: its own copy.cu")
+    return co
