@@ -19,9 +19,12 @@ from pathlib import Path
 from sgl_overlay import gitutil
 from sgl_overlay.checkout import SAME_PLACE, Placement
 from sgl_overlay.manifest import Target
-from sgl_overlay.patchfile import Patch, read_patch
+from sgl_overlay.patchfile import Patch, preimage_from_full_context, read_patch
 
 HISTORY_DEPTH = 2000  # how far back to look for the commit that brought a patch in
+# Context lines around each change when deciding whether a full-context patch is in: one, so
+# that an upstream edit two lines from a change (a 3-way merge keeps both) does not hide it.
+NARROW_CONTEXT = 1
 
 
 class State(str, Enum):
@@ -147,29 +150,50 @@ def _holds(scratch: ScratchIndex, patch: Patch, placement: Placement, side: str)
     return True
 
 
-def _post_image(scratch: ScratchIndex, patch: Patch, placement: Placement) -> str | None:
+def narrow_context(patch: Patch, dest: Path) -> Path:
+    """The patch of a full-context target rewritten with NARROW_CONTEXT lines of context, so
+    that "is it in?" does not also ask "is every other line of the file as pinned?" (a fork's
+    or a 3-way-merged file). Made in a private repository from the pre-images the patch carries."""
+    work = dest / patch.path.stem
+    gitutil.git(None, "init", "-q", str(work))
+    for c in patch.changes:
+        if c.old_blob:
+            out = work / c.path
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(preimage_from_full_context(patch, c.path))
+    gitutil.git(work, "add", "-A")
+    before = gitutil.out(work, "write-tree")
+    gitutil.git(work, "apply", "--cached", str(patch.path))
+    after = gitutil.out(work, "write-tree")
+    narrowed = dest / patch.path.name
+    narrowed.write_text(gitutil.git(work, "diff-tree", "-p", f"-U{NARROW_CONTEXT}", "--full-index", before, after).stdout)
+    return narrowed
+
+
+def _post_image(scratch: ScratchIndex, patch: Patch, placement: Placement, reverse: Path) -> str | None:
     """How the files hold the patch's change ('' for all of it), or None when they do not.
 
-    The whole patch reverse-applying means all of it is in; only the files it modifies
-    reverse-applying means the fix is in without the test files it adds."""
-    if _holds(scratch, patch, placement, "new") or scratch.apply(patch.path, "--check", "-R").returncode == 0:
+    The whole patch (`reverse`: its narrowed form for full-context targets) reverse-applying
+    means all of it is in; only the files it modifies reverse-applying means the fix is in
+    without the test files it adds."""
+    if _holds(scratch, patch, placement, "new") or scratch.apply(reverse, "--check", "-R").returncode == 0:
         return ""
     modified = [c.path for c in patch.changes if c.old_blob and c.new_blob]
     added = [c.path for c in patch.changes if not c.old_blob]
     if not modified or not added:
         return None
     includes = [f"--include={p}" for p in modified]
-    if scratch.apply(patch.path, "--check", "-R", *includes).returncode != 0:
+    if scratch.apply(reverse, "--check", "-R", *includes).returncode != 0:
         return None
     return f"{', '.join(modified)} already carry the change; the files it adds ({', '.join(added)}) are not there"
 
 
-def _classify(repo: Path, scratch: ScratchIndex, patch: Patch, placement: Placement) -> PatchStatus:
+def _classify(repo: Path, scratch: ScratchIndex, patch: Patch, placement: Placement, reverse: Path) -> PatchStatus:
     absent = [c.path for c in patch.changes if c.old_blob and scratch.blob(placement.path(c.path)) is None]
     if absent:
         return PatchStatus(patch, State.ABSENT, detail=placement.path(absent[0]))
     if not _holds(scratch, patch, placement, "old"):
-        present = _post_image(scratch, patch, placement)
+        present = _post_image(scratch, patch, placement, reverse)
         if present is not None:
             return _in(repo, patch, placement, present, "the files hold its post-image (reverse-applies cleanly)")
     exact = scratch.apply(patch.path, "--check")
@@ -205,5 +229,10 @@ def series_status(repo: Path, target: Target, content: Content | None = None,
     (a later patch sees the earlier ones in)."""
     patches = [read_patch(p) for p in target.patch_paths()]
     tree = (content or content_of(repo)).tree
-    with ScratchIndex(repo, tree, tuple(placement.apply_flags())) as scratch:
-        return [_classify(repo, scratch, patch, placement) for patch in patches]
+    with ScratchIndex(repo, tree, tuple(placement.apply_flags())) as scratch, \
+            tempfile.TemporaryDirectory(prefix="sgl-overlay-narrow-") as tmp:
+        return [
+            _classify(repo, scratch, patch, placement,
+                      narrow_context(patch, Path(tmp)) if target.full_context else patch.path)
+            for patch in patches
+        ]

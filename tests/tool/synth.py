@@ -158,7 +158,30 @@ KERNEL = "sgl-kernel/csrc/elementwise/copy.cu"
 KERNEL_TEST = "sgl-kernel/tests/test_copy.py"
 AOT = "python/sglang/kernels/aot/"  # where sgl-project/sglang moved sgl-kernel/
 KERNEL_CU = "".join(f"kernel {i}\n" for i in range(1, 31))
-KERNEL_TEST_PY = "def test_copy():\n    pass\n"
+KERNEL_TEST_PY = """import pytest
+import torch
+
+from kern import copy
+
+
+@pytest.mark.parametrize("size", [64, 72])
+def test_copy(size):
+    copy(size)
+
+
+if __name__ == "__main__":
+    pytest.main([__file__])
+"""
+# What the kernel patch makes of it: a constant after the imports, more sizes, one more test.
+KERNEL_TEST_FIXED = (
+    KERNEL_TEST_PY.replace("from kern import copy\n", "from kern import copy\n\nMAX_N = 512\n")
+    .replace("[64, 72]", "[16, 17, 32, 64, 72, 512]")
+    .replace('\n\nif __name__', '\n\ndef test_too_large():\n    pass\n\n\nif __name__')
+)
+# Upstream's later edit of the same test file (an import on top, the exit code at the end): a
+# 3-way merge with the patch is clean, but merging the patch again into the result is not.
+KERNEL_TEST_UPSTREAM = "import sys\n\n" + KERNEL_TEST_PY.replace(
+    "    pytest.main([__file__])", "    sys.exit(pytest.main([__file__]))")
 KT_MARKER = "python/sglang/srt/layers/moe/benchmark_kt_ep.py"  # a file only the KT fork has
 SGLANG_URL = "https://github.com/sgl-project/sglang"
 KT_URL = "https://github.com/kvcache-ai/sglang"
@@ -169,7 +192,7 @@ def add_kernel_target(ov: Overlay, tmp: Path, upstream: str) -> Path:
     one is written) changing kernel line 15 of copy.cu and its test; returns the patch."""
     work = make_upstream(tmp / "kernel-work", files={KERNEL: KERNEL_CU, KERNEL_TEST: KERNEL_TEST_PY})
     write(work, KERNEL, edit_line(KERNEL_CU, "kernel 15\n", "kernel 15 fixed\n"))
-    write(work, KERNEL_TEST, KERNEL_TEST_PY + "def test_every_n():\n    pass\n")
+    write(work, KERNEL_TEST, KERNEL_TEST_FIXED)
     git(work, "commit", "-qam", "sgl-kernel: copy every length")
     out = ov.patches / "sgl-kernel"
     out.mkdir()
@@ -196,10 +219,11 @@ def make_fork_overlay(tmp: Path) -> Overlay:
     return ov
 
 
-def make_fork_checkout(ov: Overlay, dest: Path, kernel: str = KERNEL_CU, name: str = "sglang-kt") -> Path:
+def make_fork_checkout(ov: Overlay, dest: Path, kernel: str = KERNEL_CU, name: str = "sglang-kt",
+                       kernel_test: str = KERNEL_TEST_PY) -> Path:
     """A kvcache-ai/sglang-shaped clone: the KT package, the fork's marker file, and its own
-    sgl-kernel/ copy. `kernel` is the fork's copy.cu, committed on top of the pinned one
-    (so a 3-way merge finds the pinned blob in history, as in the real fork)."""
+    sgl-kernel/ copy. `kernel` and `kernel_test` are the fork's copy.cu and test, committed on
+    top of the pinned ones (so a 3-way merge finds the pinned blobs in history, as in the real fork)."""
     co = clone(ov.upstream, dest)
     write(co, "python/pyproject.toml", f'[project]\nname = "{name}"\n')
     write(co, KT_MARKER, "# KT benchmark\n")
@@ -207,7 +231,8 @@ def make_fork_checkout(ov: Overlay, dest: Path, kernel: str = KERNEL_CU, name: s
     write(co, KERNEL_TEST, KERNEL_TEST_PY)
     git(co, "add", "-A")
     git(co, "commit", "-qm", "fork: KT package and sgl-kernel copy")
-    if kernel != KERNEL_CU:
+    if (kernel, kernel_test) != (KERNEL_CU, KERNEL_TEST_PY):
         write(co, KERNEL, kernel)
-        git(co, "commit", "-qam", "fork: its own copy.cu")
+        write(co, KERNEL_TEST, kernel_test)
+        git(co, "commit", "-qam", "fork: its own copy.cu and test")
     return co

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from synth import (
-    AOT, HOOK_PY, KERNEL, KERNEL_CU, KERNEL_TEST, MODEL_PY, add_kernel_target, cli, clone, edit_line, git,
+    AOT, HOOK_PY, KERNEL, KERNEL_CU, KERNEL_TEST, KERNEL_TEST_FIXED, KERNEL_TEST_PY, KERNEL_TEST_UPSTREAM, MODEL_PY, add_kernel_target, cli, clone, edit_line, git,
     make_fork_checkout, make_fork_overlay, make_overlay, snapshot, write,
 )
 
@@ -70,10 +70,25 @@ def test_kt_fork_plain_apply_applies_kt_and_says_one_line_about_sgl_kernel(tmp_p
         assert snapshot(co) == before
     else:
         assert proc.returncode == 0, proc.stderr
-        assert "kernel 15 fixed" in (co / KERNEL).read_text() and "test_every_n" in (co / KERNEL_TEST).read_text()
+        assert "kernel 15 fixed" in (co / KERNEL).read_text() and (co / KERNEL_TEST).read_text() == KERNEL_TEST_FIXED
         assert _kernel_lines(_run(*base, "apply", "--checkout", str(co))) == [
             "sgl-kernel: applied here too (sgl-kernel/ here is kvcache-ai/sglang's own copy, not "
             "sgl-project/sglang's)"]
+
+
+def test_full_context_patch_merged_3way_counts_as_applied(tmp_path: Path) -> None:
+    """The patch merged 3-way into upstream's later test file: merging it once more conflicts,
+    so only the patch narrowed to 3 lines of context can tell that it is in."""
+    ov = make_fork_overlay(tmp_path)
+    co = make_fork_checkout(ov, tmp_path / "fork", kernel_test=KERNEL_TEST_UPSTREAM)
+    base = ["--patches", str(ov.patches), "-t", "sgl-kernel", "--checkout", str(co)]
+    assert _states(_run(*base[:2], "status", *base[2:])) == ["applicable (3-way)"]
+    assert "applied 1 patch(es)" in _run(*base[:2], "apply", *base[2:])
+    merged = (co / KERNEL_TEST).read_text()
+    assert merged.startswith("import sys\n") and "MAX_N = 512" in merged and "sys.exit(" in merged
+    assert _states(_run(*base[:2], "status", *base[2:])) == ["applied"]
+    assert "(reset)" in _run(*base[:2], "revert", *base[2:])
+    assert (co / KERNEL_TEST).read_text() == KERNEL_TEST_UPSTREAM
 
 
 def test_kt_fork_before_the_package_rename_is_still_the_kt_fork(tmp_path: Path) -> None:
@@ -90,7 +105,7 @@ def test_sgl_project_checkout_keeps_sgl_kernel_required(tmp_path: Path) -> None:
     add_kernel_target(ov, tmp_path, "https://example.com/sglang")
     co = clone(ov.upstream, tmp_path / "co")
     write(co, KERNEL, edit_line(KERNEL_CU, "kernel 15\n", ""))
-    write(co, KERNEL_TEST, "def test_copy():\n    pass\n")
+    write(co, KERNEL_TEST, KERNEL_TEST_PY)
     git(co, "add", "-A")
     git(co, "commit", "-qm", "kernel without line 15")
     status = cli("--patches", str(ov.patches), "status", "--checkout", str(co))
@@ -107,7 +122,7 @@ def _moved_checkout(tmp: Path, ov, kernel: str) -> Path:
     """sgl-project/sglang after sgl-kernel/ moved under python/sglang/kernels/aot/."""
     co = clone(ov.upstream, tmp / "moved")
     write(co, KERNEL, KERNEL_CU)
-    write(co, KERNEL_TEST, "def test_copy():\n    pass\n")
+    write(co, KERNEL_TEST, KERNEL_TEST_PY)
     git(co, "add", "-A")
     git(co, "commit", "-qm", "kernel")
     (co / AOT).parent.mkdir(parents=True, exist_ok=True)
@@ -131,7 +146,7 @@ def test_moved_kernel_folder_same_blob_applies_with_paths_mapped(tmp_path: Path)
     out = _run(*base, "apply", "-t", "sgl-kernel", "--checkout", str(co))
     assert "applied 1 patch(es)" in out
     assert "kernel 15 fixed" in (co / AOT / "csrc/elementwise/copy.cu").read_text()
-    assert (co / AOT / "tests/test_copy.py").read_text().endswith("def test_every_n():\n    pass\n")
+    assert (co / AOT / "tests/test_copy.py").read_text() == KERNEL_TEST_FIXED
     assert not (co / "sgl-kernel").exists()
     assert _states(_run(*base, "status", "-t", "sgl-kernel", "--checkout", str(co))) == ["applied"]
     assert "(reset)" in _run(*base, "revert", "-t", "sgl-kernel", "--checkout", str(co))
