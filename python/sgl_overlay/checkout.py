@@ -116,7 +116,8 @@ def _found(repo: Path, manifest: Manifest) -> tuple[list[Target], dict[str, str]
             optional[t.name] = f"{placed.why}; its patches map there"
         elif project and project.upstream != t.upstream:
             top = t.marker.split("/")[0]
-            optional[t.name] = f"{top}/ here is {_repo_name(project.upstream)}'s own copy, not {_repo_name(t.upstream)}'s"
+            optional[t.name] = (f"{top}/ here is {_repo_name(project.upstream)}'s own copy, "
+                                f"not {_repo_name(t.upstream)}'s")
     return found, optional, placements
 
 

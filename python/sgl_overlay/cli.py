@@ -10,7 +10,6 @@ from sgl_overlay import __version__, doctor, export, fetch, matrix, matrix_repor
 from sgl_overlay.checkout import Checkout, detect
 from sgl_overlay.errors import OverlayError, UsageError
 from sgl_overlay.manifest import Manifest, load_manifest
-from sgl_overlay.patchfile import read_patch
 from sgl_overlay.series import State
 from sgl_overlay.verify import verify_tree
 
@@ -146,8 +145,8 @@ def _print_status(co: Checkout) -> bool:
     ok = True
     sv = operations.survey(co, working_files=True)
     if sv.content.uncommitted:
-        touched = {co.placement(t.name).path(p) for t in co.targets for f in t.patch_paths()
-                   for p in read_patch(f).touched()}
+        touched = {co.placement(name).path(p) for name, rows in sv.rows.items() for r in rows
+                   for p in r.patch.touched()}
         ours = [p for p in sv.content.uncommitted if p in touched]
         first = (ours or list(sv.content.uncommitted))[0]
         print(f"note: {len(sv.content.uncommitted)} file(s) have uncommitted changes "
@@ -158,7 +157,8 @@ def _print_status(co: Checkout) -> bool:
     for target in co.targets:
         name, rows = target.name, sv.rows[target.name]
         optional = co.optional.get(name)
-        print(f"{name} in {co.path}" + (f" (optional here: {optional}; only `-t {name}` applies it):" if optional else ":"))
+        note = f" (optional here: {optional}; only `-t {name}` applies it)" if optional else ""
+        print(f"{name} in {co.path}{note}:")
         for r in rows:
             extra = r.commit[:12] if r.commit else r.detail
             print(f"  {r.state.value:<20} {r.patch.label}" + (f"  ({extra})" if extra else ""))

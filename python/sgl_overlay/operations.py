@@ -113,7 +113,8 @@ def optional_note(co: Checkout, target: Target, rows: list[PatchStatus], sv: Sur
     if any(r.state == State.APPLIED for r in rows):
         return f"{name}: half-applied here ({why}); run `sgl-overlay revert -t {name} --checkout {co.path}`"
     how = "applies" if all(r.state != State.APPLICABLE_3WAY for r in rows) else "applies with a 3-way merge"
-    return f"{name}: not applied ({why}); its patch {how} here: add it with `sgl-overlay apply -t {name} --checkout {co.path}`"
+    return (f"{name}: not applied ({why}); its patch {how} here: add it with "
+            f"`sgl-overlay apply -t {name} --checkout {co.path}`")
 
 
 def _blob_note(co: Checkout, sv: Survey, row: PatchStatus, target: Target) -> str:

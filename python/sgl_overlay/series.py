@@ -166,7 +166,8 @@ def narrow_context(patch: Patch, dest: Path) -> Path:
     gitutil.git(work, "apply", "--cached", str(patch.path))
     after = gitutil.out(work, "write-tree")
     narrowed = dest / patch.path.name
-    narrowed.write_text(gitutil.git(work, "diff-tree", "-p", f"-U{NARROW_CONTEXT}", "--full-index", before, after).stdout)
+    diff = gitutil.git(work, "diff-tree", "-p", f"-U{NARROW_CONTEXT}", "--full-index", before, after).stdout
+    narrowed.write_text(diff)
     return narrowed
 
 

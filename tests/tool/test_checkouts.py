@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from synth import (
-    AOT, HOOK_PY, KERNEL, KERNEL_CU, KERNEL_TEST, KERNEL_TEST_FIXED, KERNEL_TEST_PY, KERNEL_TEST_UPSTREAM, MODEL_PY, add_kernel_target, cli, clone, edit_line, git,
-    make_fork_checkout, make_fork_overlay, make_overlay, snapshot, write,
+    AOT, HOOK_PY, KERNEL, KERNEL_CU, KERNEL_TEST, KERNEL_TEST_FIXED, KERNEL_TEST_PY, KERNEL_TEST_UPSTREAM, MODEL_PY,
+    add_kernel_target, cli, clone, edit_line, git, make_fork_checkout, make_fork_overlay, make_overlay, snapshot, write,
 )
 
 STATE = re.compile(r"^  (.+?)\s{2,}(\S+\.patch)", re.M)
@@ -78,16 +78,16 @@ def test_kt_fork_plain_apply_applies_kt_and_says_one_line_about_sgl_kernel(tmp_p
 
 def test_full_context_patch_merged_3way_counts_as_applied(tmp_path: Path) -> None:
     """The patch merged 3-way into upstream's later test file: merging it once more conflicts,
-    so only the patch narrowed to 3 lines of context can tell that it is in."""
+    so only the patch narrowed to one line of context can tell that it is in."""
     ov = make_fork_overlay(tmp_path)
     co = make_fork_checkout(ov, tmp_path / "fork", kernel_test=KERNEL_TEST_UPSTREAM)
-    base = ["--patches", str(ov.patches), "-t", "sgl-kernel", "--checkout", str(co)]
-    assert _states(_run(*base[:2], "status", *base[2:])) == ["applicable (3-way)"]
-    assert "applied 1 patch(es)" in _run(*base[:2], "apply", *base[2:])
+    pat, on = ["--patches", str(ov.patches)], ["-t", "sgl-kernel", "--checkout", str(co)]
+    assert _states(_run(*pat, "status", *on)) == ["applicable (3-way)"]
+    assert "applied 1 patch(es)" in _run(*pat, "apply", *on)
     merged = (co / KERNEL_TEST).read_text()
     assert merged.startswith("import sys\n") and "MAX_N = 512" in merged and "sys.exit(" in merged
-    assert _states(_run(*base[:2], "status", *base[2:])) == ["applied"]
-    assert "(reset)" in _run(*base[:2], "revert", *base[2:])
+    assert _states(_run(*pat, "status", *on)) == ["applied"]
+    assert "(reset)" in _run(*pat, "revert", *on)
     assert (co / KERNEL_TEST).read_text() == KERNEL_TEST_UPSTREAM
 
 
