@@ -75,7 +75,7 @@ def content_of(repo: Path, working_files: bool = False) -> Content:
 def find_commit(repo: Path, patch: Patch, placement: Placement = SAME_PLACE) -> str:
     """The newest commit in HEAD's recent history with the patch's subject that touches its
     files, or ''. Called only when the files already hold the patch's post-image."""
-    paths = [placement.path(p) for p in patch.touched()]
+    paths = dict.fromkeys([placement.path(p) for p in patch.touched()] + patch.touched())  # moved, or not yet
     log = gitutil.out(repo, "log", f"-n{HISTORY_DEPTH}", "--format=%H%x09%s", "HEAD", "--", *paths)
     for line in log.splitlines():
         sha, _, subject = line.partition("\t")
@@ -183,7 +183,7 @@ def _post_image(scratch: ScratchIndex, patch: Patch, placement: Placement, rever
     added = [c.path for c in patch.changes if not c.old_blob]
     if not modified or not added:
         return None
-    includes = [f"--include={p}" for p in modified]
+    includes = [f"--include={placement.path(p)}" for p in modified]  # matched after the mapping
     if scratch.apply(reverse, "--check", "-R", *includes).returncode != 0:
         return None
     return f"{', '.join(modified)} already carry the change; the files it adds ({', '.join(added)}) are not there"
@@ -201,18 +201,24 @@ def _classify(repo: Path, scratch: ScratchIndex, patch: Patch, placement: Placem
     if exact.returncode == 0:
         scratch.apply(patch.path)
         return PatchStatus(patch, State.APPLICABLE, detail=_offsets(exact))
+    # A full-context patch fails at line 1 whatever differs; its narrowed form names the hunk
+    # (and when it applies, the files differ from the pin only away from the changes).
+    narrowed = scratch.apply(reverse, "--check") if reverse != patch.path else exact
+    where = _first_error(narrowed)
+    if not narrowed.returncode:
+        differ = [placement.path(c.path) for c in patch.changes
+                  if c.old_blob and not (scratch.blob(placement.path(c.path)) or "").startswith(c.old_blob)]
+        where = f"{', '.join(differ)}: not the patch's pre-image, but only away from its changes"
     scratch.save()
     paths = [placement.path(p) for p in patch.touched()]
     before = [scratch.blob(p) for p in paths]
     if scratch.apply(patch.path, "--3way").returncode == 0:
         if [scratch.blob(p) for p in paths] == before:
-            # The merge changes nothing: the files hold the change amid other edits (a
-            # full-context patch merged 3-way into a fork's file never reverse-applies).
+            # The merge changes nothing: the files hold the change amid other edits.
             return _in(repo, patch, placement, "", "a 3-way merge of it changes nothing: the files hold its change")
-        # Both name the hunk where the exact apply failed.
-        return PatchStatus(patch, State.APPLICABLE_3WAY, detail=_first_error(exact))
+        return PatchStatus(patch, State.APPLICABLE_3WAY, detail=where)
     scratch.restore()
-    return PatchStatus(patch, State.CONFLICTING, detail=_first_error(exact))
+    return PatchStatus(patch, State.CONFLICTING, detail=where)
 
 
 def _in(repo: Path, patch: Patch, placement: Placement, partial: str, how: str = "") -> PatchStatus:

@@ -36,8 +36,9 @@ FORK_KERNELS = {
     "applies with 3-way": (edit_line(KERNEL_CU, "kernel 2\n", "kernel 2 fork\n"),
                            r"its patch applies with a 3-way merge here: add it with `sgl-overlay apply -t sgl-kernel"),
     # The line the patch changes is gone (the real fork's copy.cu lacks the N == 32 branch).
+    # The hunk is named by the patch narrowed to one line of context: line 14 is where it starts.
     "conflicts": (edit_line(KERNEL_CU, "kernel 15\n", ""),
-                  r"conflicts here \(patch failed: sgl-kernel/csrc/elementwise/copy\.cu:1\): sgl-kernel/csrc/elementwise/"
+                  r"conflicts here \(patch failed: sgl-kernel/csrc/elementwise/copy\.cu:14\): sgl-kernel/csrc/elementwise/"
                   r"copy\.cu is blob [0-9a-f]{12}, the patch is written for [0-9a-f]{12}; it needs a variant for this file$"),
 }
 
@@ -66,7 +67,7 @@ def test_kt_fork_plain_apply_applies_kt_and_says_one_line_about_sgl_kernel(tmp_p
         err = proc.stderr.strip().splitlines()
         assert proc.returncode == 1 and len(err) == 1, proc.stderr
         assert re.search(r"sgl-kernel/0001-.*\.patch conflicts in .*: patch failed: sgl-kernel/csrc/elementwise/"
-                         r"copy\.cu:1; tree left unchanged", err[0]), err[0]
+                         r"copy\.cu:14; tree left unchanged", err[0]), err[0]
         assert snapshot(co) == before
     else:
         assert proc.returncode == 0, proc.stderr
