@@ -84,12 +84,12 @@ def statuses(co: Checkout) -> dict[str, list[PatchStatus]]:
 
 
 def preimage_warnings(co: Checkout, sv: Survey) -> list[str]:
-    """Blob mismatches of pinned pre-images, for required targets with patches still to apply
-    and none applied (a target already in needs no warning)."""
+    """Blob mismatches of pinned pre-images, for required targets none of whose patches is
+    applied (nor, all of them, already upstream: a series that is in needs no warning)."""
     lines = []
     for target in co.required:
         rows = sv.rows[target.name]
-        if any(s.state == State.APPLIED for s in rows) or not any(s.state in PENDING for s in rows):
+        if any(s.state == State.APPLIED for s in rows) or all(s.state in IN for s in rows):
             continue
         for problem in check_preimages(co.path, sv.content.tree, target, co.placement(target.name).path):
             if problem.found is not None:  # a missing file is reported as ABSENT by the series

@@ -83,7 +83,9 @@ def test_full_context_patch_merged_3way_counts_as_applied(tmp_path: Path) -> Non
     ov = make_fork_overlay(tmp_path)
     co = make_fork_checkout(ov, tmp_path / "fork", kernel_test=KERNEL_TEST_UPSTREAM)
     pat, on = ["--patches", str(ov.patches)], ["-t", "sgl-kernel", "--checkout", str(co)]
-    assert _states(_run(*pat, "status", *on)) == ["applicable (3-way)"]
+    first = _run(*pat, "status", *on)
+    assert _states(first) == ["applicable (3-way)"]
+    assert "(sgl-kernel/tests/test_copy.py: not the patch's pre-image, but only away from its changes)" in first
     assert "applied 1 patch(es)" in _run(*pat, "apply", *on)
     merged = (co / KERNEL_TEST).read_text()
     assert merged.startswith("import sys\n") and "MAX_N = 512" in merged and "sys.exit(" in merged
