@@ -14,7 +14,7 @@ from sgl_overlay.manifest import Manifest, Target
 # target whose marker sits under the new prefix is found there, with its paths mapped.
 MOVES = (
     ("sgl-kernel/", "python/sglang/kernels/aot/",
-     "sgl-project/sglang moved sgl-kernel/ to python/sglang/kernels/aot/"),
+     "sgl-project/sglang moved sgl-kernel/ to python/sglang/kernels/aot/ (PR #32648)"),
 )
 
 

@@ -61,7 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("apply", help="apply the patch series with `git am -3` (all or nothing)",
                        description="Check pre-image blob ids, then apply every pending patch with one "
                                    "`git am -3`. On any failure or Ctrl-C the tree is rolled back to exactly "
-                                   "what it was. A second apply reports 'already applied'.")
+                                   "what it was. A second apply reports 'already applied' ('already upstream' when "
+                                   "the files hold the change without the overlay's commits). A target that is "
+                                   "optional in a checkout (a fork's own sgl-kernel/, the moved kernels/aot/ "
+                                   "folder) gets one line saying what its patch would do; -t NAME applies it.")
     _common(p)
     p.add_argument("--strict", action="store_true", help="refuse when a pinned pre-image blob differs")
 
@@ -71,13 +74,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="treat a differing pre-image blob as a failure")
 
     p = sub.add_parser("status", help="list each patch as applied / applicable / conflicting / already upstream",
-                       description="Classify each patch of each target in the checkout, simulating the series "
-                                   "in a private index (the tree is not touched).")
+                       description="Classify each patch of each target from the files' content: applied or "
+                                   "already upstream when they hold its post-image, applicable when they hold its "
+                                   "pre-image. Uncommitted working files are read (and said to be); the series is "
+                                   "simulated in a private index (the tree is not touched).")
     _common(p)
 
     p = sub.add_parser("revert", help="remove exactly the overlay's commits",
-                       description="Drop the commits made from the overlay's patches (reset when they are on "
-                                   "top, `git revert` when later commits follow). Refuses a dirty tree.")
+                       description="Drop the commits made from the overlay's patches whose change the files "
+                                   "still hold (reset when they are on top, `git revert` when later commits "
+                                   "follow). Says so when no patch is applied. Refuses a dirty tree.")
     _common(p)
 
     p = sub.add_parser("verify", help="prove laid-out trees equal pinned pre-images + patch post-images",

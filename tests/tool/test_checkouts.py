@@ -144,8 +144,8 @@ def test_moved_kernel_folder_same_blob_applies_with_paths_mapped(tmp_path: Path)
     base = ["--patches", str(ov.patches)]
     out = _run(*base, "apply", "--checkout", str(co))
     assert _kernel_lines(out) == [
-        "sgl-kernel: not applied (sgl-project/sglang moved sgl-kernel/ to python/sglang/kernels/aot/; its patches "
-        f"map there); its patch applies here: add it with `sgl-overlay apply -t sgl-kernel --checkout {co}`"]
+        "sgl-kernel: not applied (sgl-project/sglang moved sgl-kernel/ to python/sglang/kernels/aot/ (PR #32648); "
+        f"its patches map there); its patch applies here: add it with `sgl-overlay apply -t sgl-kernel --checkout {co}`"]
     out = _run(*base, "apply", "-t", "sgl-kernel", "--checkout", str(co))
     assert "applied 1 patch(es)" in out
     assert "kernel 15 fixed" in (co / AOT / "csrc/elementwise/copy.cu").read_text()
