@@ -1,4 +1,4 @@
-"""Patched wheels: the pinned registry wheel with the series' post-images, under a local version."""
+"""Patched wheels: each pinned registry wheel with the series' post-images, under a local version."""
 
 from __future__ import annotations
 
@@ -30,10 +30,11 @@ def wheel_path_of(target: Target, tree_path: str) -> str | None:
 def patched_wheel_name(wheel_file: str, local_version: str) -> str:
     """The file name `wheel pack --local-version` gives the patched twin of `wheel_file`: the
     version gains the local label, the tags stay (joined per part, sorted, as `wheel pack` does)."""
-    name, version, build, tags = parse_wheel_filename(wheel_file)
+    name, version, build, wheel_tags = parse_wheel_filename(wheel_file)
     labelled = Version(f"{version.public}+{local_version}")
     build_tag = f"-{build[0]}{build[1]}" if build else ""
-    tagline = "-".join(".".join(sorted({getattr(t, part) for t in tags})) for part in ("interpreter", "abi", "platform"))
+    tagline = "-".join(".".join(sorted({getattr(t, part) for t in wheel_tags}))
+                       for part in ("interpreter", "abi", "platform"))
     return f"{name.replace('-', '_')}-{labelled}{build_tag}-{tagline}.whl"
 
 
