@@ -125,8 +125,8 @@ def test_stock_twins_differ_only_in_native_extensions() -> None:
 
 def test_cp312_wheel_in_a_python_312_venv() -> None:
     """The patched cp312 wheel, installed with --no-deps into a real Python 3.12 venv: pip show
-    carries the local label, the files are the post-images, doctor run there finds every fix, and
-    names the cp312 wheel as the fix for a stock cp312 install."""
+    carries the local label, the files are the post-images (pip refuses the cp311 twin there),
+    doctor run there finds every fix, and names the cp312 wheel as the fix for a stock cp312 install."""
     python = VENV_312 / "bin" / "python"
     if not python.is_file():
         pytest.fail(f"{python} missing: run `make test-wheels` (scripts/install_wheels.sh makes it)")
@@ -143,6 +143,12 @@ def test_cp312_wheel_in_a_python_312_venv() -> None:
     assert check_record(site, info) > 1000
     for rel, blob in shipped_changes(target).items():
         assert hash_bytes((site / rel).read_bytes()) == blob, rel
+
+    # What a Python 3.12 user hit before: pip refuses the cp311 wheel there.
+    cp311 = REPO / "dist" / patched_wheel_name(wheel_for_python(target, (3, 11)).file, MANIFEST.local_version)
+    refused = subprocess.run([str(python), "-m", "pip", "install", "--dry-run", "--no-deps", "--no-index", str(cp311)],
+                             capture_output=True, text=True)
+    assert refused.returncode != 0 and "is not a supported wheel on this platform" in refused.stderr, refused.stderr
 
     tool = VENV_312 / "bin" / "sgl-overlay"
     good = subprocess.run([str(tool), "doctor", "--no-live"], capture_output=True, text=True)
