@@ -38,8 +38,9 @@ test-sglang-kt: venvs trees
 test-kernel: venvs trees
 	.venvs/sglang/bin/python $(PYTEST) tests/kernel
 
-# The patched wheels, installed: RECORD, byte diff against stock, doctor; then the K3 and KT
-# suites again, this time against the installed stock and patched wheels instead of the trees.
+# The patched wheels, every Python tag, installed: RECORD, byte diff against stock, doctor, and
+# the cp312 wheel in a Python 3.12 venv; then the K3 and KT suites again, this time against the
+# installed stock and patched wheels (the first pinned one: cp311 for sglang) instead of the trees.
 INSTALLED := $(CURDIR)/build/installed
 test-wheels: wheels
 	scripts/install_wheels.sh

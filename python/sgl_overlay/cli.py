@@ -181,7 +181,7 @@ def run(argv: list[str] | None = None) -> int:
 
     if args.command == "fetch":
         for target in manifest.select(args.target):
-            wheel = fetch.fetch_wheel(target, cache, args.offline) if target.kind == "wheel" else None
+            wheel = fetch.fetch_wheels(target, cache, args.offline)[0] if target.kind == "wheel" else None
             print(tree.lay_out(target, trees / target.name, wheel, args.force), flush=True)
         return 0
     if args.command == "doctor":
@@ -198,9 +198,9 @@ def run(argv: list[str] | None = None) -> int:
         for target in manifest.select(args.target):
             if target.kind != "wheel":
                 continue
-            wheel = fetch.fetch_wheel(target, cache, offline=True)
-            made = wheels.build_patched_wheel(target, wheel, trees / target.name, out_dir, manifest.local_version)
-            print(f"built {made}", flush=True)
+            for wheel in fetch.fetch_wheels(target, cache, offline=True):
+                made = wheels.build_patched_wheel(target, wheel, trees / target.name, out_dir, manifest.local_version)
+                print(f"built {made}", flush=True)
         return 0
     if args.command == "matrix":
         opts = matrix.Options(root=root, cache=cache, build=trees.parent / "matrix",

@@ -15,7 +15,7 @@ from sgl_overlay import gitutil
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.manifest import Manifest
 from sgl_overlay.patchfile import read_patch
-from sgl_overlay.wheels import patched_wheel_name, shipped_changes, wheel_path_of
+from sgl_overlay.wheels import patched_wheel_name, python_tags, shipped_changes, wheel_for_python, wheel_path_of
 
 KERNEL_DISTS = ("sglang-kernel", "sgl-kernel")
 EXT_DIST = "sgl-kernel-ext"
@@ -46,7 +46,8 @@ if "--live" in names and any(n in dists for n in ("sgl-kernel-ext",)):
             live = bool(torch.equal(dst.cpu(), src))
     except Exception as exc:
         live = f"{type(exc).__name__}: {exc}"
-print(json.dumps({"dists": dists, "plugins": plugins, "live": live, "python": sys.executable}))
+print(json.dumps({"dists": dists, "plugins": plugins, "live": live, "python": sys.executable,
+                  "version": list(sys.version_info[:2])}))
 """
 
 
@@ -69,13 +70,19 @@ def probe(python: str, dists: list[str], live: bool, site: Path | None = None) -
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def check_python_target(manifest: Manifest, name: str, info: dict, dist_dir: Path) -> list[Finding]:
+def check_python_target(manifest: Manifest, name: str, info: dict, dist_dir: Path,
+                        python: tuple[int, int]) -> list[Finding]:
     target = manifest.get(name)
-    fix = f"pip install --no-deps --force-reinstall {dist_dir / patched_wheel_name(target, manifest.local_version)}"
+    pin = wheel_for_python(target, python)  # the patched twin of the wheel pip picks for this Python
+    if pin is None:
+        fix = (f"no patched {name} wheel fits Python {python[0]}.{python[1]} here; the overlay builds them for "
+               f"{', '.join(python_tags(target))}: use one of those Pythons")
+    else:
+        fix = f"pip install --no-deps --force-reinstall {dist_dir / patched_wheel_name(pin.file, manifest.local_version)}"
     installed = Version(info["version"])
     if installed.base_version != target.version:
         return [Finding(name, f"installed {installed}, the overlay pins {target.version}: fixes not checked", False,
-                        f"pip install {target.requirement} && {fix}")]
+                        f"pip install {target.requirement} && {fix}" if pin else fix)]
     final = shipped_changes(target)
     root = Path(info["root"])
     findings = []
@@ -122,7 +129,7 @@ def doctor(
         info = data["dists"].get(target.dist_name)
         if info is not None:
             lines.append(f"{target.dist_name} {info['version']} at {info['root']}")
-            findings += check_python_target(manifest, target.name, info, dist_dir)
+            findings += check_python_target(manifest, target.name, info, dist_dir, tuple(data["version"]))
     for kname in (*KERNEL_DISTS, EXT_DIST):
         if kname in data["dists"]:
             lines.append(f"{kname} {data['dists'][kname]['version']}")

@@ -12,7 +12,7 @@ from pathlib import Path
 from packaging.utils import parse_wheel_filename
 
 from sgl_overlay.errors import OverlayError
-from sgl_overlay.manifest import Target
+from sgl_overlay.manifest import PinnedWheel, Target
 
 
 def sha256_of(path: Path) -> str:
@@ -23,7 +23,7 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _pip_tag_args(wheel_name: str) -> list[str]:
+def pip_tag_args(wheel_name: str) -> list[str]:
     """pip flags that select exactly the pinned wheel's tags, whatever Python runs the tool."""
     _, _, _, tags = parse_wheel_filename(wheel_name)
     args: list[str] = ["--only-binary=:all:"]
@@ -49,7 +49,7 @@ def download(requirement: str, tags_like: str, cache: Path) -> Path:
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         cmd = [
             sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-            "--progress-bar", "off", "-d", tmp, *_pip_tag_args(tags_like), requirement,
+            "--progress-bar", "off", "-d", tmp, *pip_tag_args(tags_like), requirement,
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         got = list(Path(tmp).glob("*.whl"))
@@ -64,31 +64,37 @@ def download(requirement: str, tags_like: str, cache: Path) -> Path:
     return dest
 
 
-def fetch_wheel(target: Target, cache: Path, offline: bool = False) -> Path:
-    """Return the cached, verified pinned wheel of `target`, downloading it if needed."""
+def fetch_wheel(target: Target, cache: Path, offline: bool = False, pin: PinnedWheel | None = None) -> Path:
+    """Return the cached, verified wheel `pin` of `target` (default: the tree's), downloading it if needed."""
+    pin = pin or target.wheels[0]
     cache.mkdir(parents=True, exist_ok=True)
-    dest = cache / target.wheel
+    dest = cache / pin.file
     if dest.exists():
-        verify_wheel(dest, target.sha256)
-        print(f"fetch {target.name}: {target.wheel} from cache (sha256 ok)", flush=True)
+        verify_wheel(dest, pin.sha256)
+        print(f"fetch {target.name}: {pin.file} from cache (sha256 ok)", flush=True)
         return dest
     if offline:
         raise OverlayError(
-            f"{target.wheel} is not in the cache {cache} and --offline was given; run `sgl-overlay fetch` online once"
+            f"{pin.file} is not in the cache {cache} and --offline was given; run `sgl-overlay fetch` online once"
         )
-    print(f"fetch {target.name}: downloading {target.requirement} ({target.wheel})", flush=True)
-    got = download(target.requirement, target.wheel, cache)
-    if got.name != target.wheel:
+    print(f"fetch {target.name}: downloading {target.requirement} ({pin.file})", flush=True)
+    got = download(target.requirement, pin.file, cache)
+    if got.name != pin.file:
         got.unlink()
         raise OverlayError(
-            f"pip downloaded {got.name} for {target.requirement}, the manifest pins {target.wheel}; "
+            f"pip downloaded {got.name} for {target.requirement}, the manifest pins {pin.file}; "
             "check the pin in patches/manifest.toml"
         )
     try:
-        verify_wheel(got, target.sha256)
+        verify_wheel(got, pin.sha256)
     except OverlayError:
         got.unlink()
         raise
     size_mb = dest.stat().st_size / 1e6
-    print(f"fetch {target.name}: {target.wheel} {size_mb:.1f} MB, sha256 ok", flush=True)
+    print(f"fetch {target.name}: {pin.file} {size_mb:.1f} MB, sha256 ok", flush=True)
     return dest
+
+
+def fetch_wheels(target: Target, cache: Path, offline: bool = False) -> list[Path]:
+    """Every pinned wheel of `target`, in manifest order (the first is the tree's)."""
+    return [fetch_wheel(target, cache, offline, pin) for pin in target.wheels]

@@ -7,11 +7,20 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
 
 from sgl_overlay.errors import OverlayError
 
 MANIFEST_NAME = "manifest.toml"
+
+
+@dataclass(frozen=True)
+class PinnedWheel:
+    """One registry wheel file of a target and its sha256."""
+
+    file: str
+    sha256: str
 
 
 @dataclass(frozen=True)
@@ -26,13 +35,21 @@ class Target:
     patches: tuple[str, ...]
     preimages: dict[str, str]
     requirement: str = ""
-    wheel: str = ""
-    sha256: str = ""
+    wheels: tuple[PinnedWheel, ...] = ()  # the first one is laid out as the target's tree
     commit: str = ""
     layout: dict[str, str] = field(default_factory=dict)  # wheel top-level dir -> tree path
     project_name: str = ""  # [project].name in python/pyproject.toml of a checkout
     marker: str = ""  # a file whose presence says a checkout holds this target
     full_context: bool = False
+
+    @property
+    def wheel(self) -> str:
+        """The wheel `fetch` lays the tree out from (the others carry the same pure-Python files)."""
+        return self.wheels[0].file if self.wheels else ""
+
+    @property
+    def sha256(self) -> str:
+        return self.wheels[0].sha256 if self.wheels else ""
 
     def patch_paths(self) -> list[Path]:
         return [self.patch_dir / p for p in self.patches]
@@ -72,6 +89,36 @@ def default_patches_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "patches"
 
 
+def _pinned_wheels(path: Path, name: str, raw: dict) -> tuple[PinnedWheel, ...]:
+    """`wheel` + `sha256` (one file), or `wheels = [{ file, sha256 }, ...]` (one per Python tag)."""
+    if "wheel" in raw and "wheels" in raw:
+        raise OverlayError(f"{path}: target {name!r} has both `wheel` and `wheels`; keep one (see docs/DESIGN.md)")
+    if "wheels" in raw:
+        entries = raw["wheels"]
+    elif "wheel" in raw:
+        entries = [{"file": raw["wheel"], "sha256": raw.get("sha256", "")}]
+    else:
+        entries = []
+    pins = []
+    for entry in entries:
+        try:
+            pin = PinnedWheel(file=entry["file"], sha256=entry["sha256"])
+            _, version, _, _ = parse_wheel_filename(pin.file)
+        except KeyError as exc:
+            raise OverlayError(f"{path}: a wheel of target {name!r} lacks key {exc}; see docs/DESIGN.md") from None
+        except InvalidWheelFilename as exc:
+            raise OverlayError(f"{path}: target {name!r}: {exc}") from None
+        if version != Version(str(raw["version"])):
+            raise OverlayError(f"{path}: target {name!r} is version {raw['version']}, its wheel {pin.file} is "
+                               f"{version}; pin the wheel of version {raw['version']}")
+        pins.append(pin)
+    if raw.get("kind") == "wheel" and not pins:
+        raise OverlayError(f"{path}: target {name!r} is of kind wheel but pins none; add `wheels` (see docs/DESIGN.md)")
+    if len({p.file for p in pins}) != len(pins):
+        raise OverlayError(f"{path}: target {name!r} pins one wheel file twice")
+    return tuple(pins)
+
+
 def load_manifest(patches_dir: Path | None = None) -> Manifest:
     patches_dir = (patches_dir or default_patches_dir()).resolve()
     path = patches_dir / MANIFEST_NAME
@@ -95,8 +142,7 @@ def load_manifest(patches_dir: Path | None = None) -> Manifest:
                 patches=tuple(raw.get("patches", [])),
                 preimages=dict(raw.get("preimages", {})),
                 requirement=raw.get("requirement", ""),
-                wheel=raw.get("wheel", ""),
-                sha256=raw.get("sha256", ""),
+                wheels=_pinned_wheels(path, name, raw),
                 commit=raw.get("commit", ""),
                 layout=dict(raw.get("layout", {})),
                 project_name=raw.get("project_name", ""),

@@ -47,7 +47,7 @@ from packaging.version import InvalidVersion, Version
 
 from sgl_overlay import fetch, gitutil, operations, tree
 from sgl_overlay.errors import OverlayError, UsageError
-from sgl_overlay.manifest import Manifest, Target
+from sgl_overlay.manifest import Manifest, PinnedWheel, Target
 from sgl_overlay.patchfile import Patch, read_patch
 from sgl_overlay.series import ScratchIndex, State, series_status
 
@@ -215,7 +215,7 @@ def _version_target(target: Target, version: str, wheel: Path | None, sha: str, 
     if target.kind != "wheel":
         return dataclasses.replace(target, patches=patches)
     return dataclasses.replace(
-        target, version=version, wheel=wheel.name if wheel else "", sha256=sha, patches=patches
+        target, version=version, wheels=(PinnedWheel(wheel.name, sha),) if wheel else (), patches=patches
     )
 
 

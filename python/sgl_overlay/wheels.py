@@ -1,15 +1,20 @@
-"""Patched wheels: the pinned registry wheel with the series' post-images, under a local version."""
+"""Patched wheels: each pinned registry wheel with the series' post-images, under a local version."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from packaging import tags
+from packaging.utils import parse_wheel_filename
+from packaging.version import Version
+
 from sgl_overlay import gitutil
 from sgl_overlay.errors import OverlayError
-from sgl_overlay.manifest import Target
+from sgl_overlay.manifest import PinnedWheel, Target
 from sgl_overlay.series import State, series_status
 from sgl_overlay.verify import final_blobs, verify_tree
 
@@ -22,10 +27,31 @@ def wheel_path_of(target: Target, tree_path: str) -> str | None:
     return None
 
 
-def patched_wheel_name(target: Target, local_version: str) -> str:
-    """The pinned wheel's file name with the local version label (what `wheel pack` writes)."""
-    stem, _, tags = target.wheel[: -len(".whl")].partition(f"-{target.version}-")
-    return f"{stem}-{target.version}+{local_version}-{tags}.whl"
+def patched_wheel_name(wheel_file: str, local_version: str) -> str:
+    """The file name `wheel pack --local-version` gives the patched twin of `wheel_file`: the
+    version gains the local label, the tags stay (joined per part, sorted, as `wheel pack` does)."""
+    name, version, build, wheel_tags = parse_wheel_filename(wheel_file)
+    labelled = Version(f"{version.public}+{local_version}")
+    build_tag = f"-{build[0]}{build[1]}" if build else ""
+    tagline = "-".join(".".join(sorted({getattr(t, part) for t in wheel_tags}))
+                       for part in ("interpreter", "abi", "platform"))
+    return f"{name.replace('-', '_')}-{labelled}{build_tag}-{tagline}.whl"
+
+
+def wheel_for_python(target: Target, python: tuple[int, int]) -> PinnedWheel | None:
+    """The pinned wheel pip would pick for CPython `python` on this platform (None: no wheel fits)."""
+    ranked = [*tags.cpython_tags(python), *tags.compatible_tags(python, interpreter=f"cp{python[0]}{python[1]}")]
+    rank: dict[tags.Tag, int] = {}
+    for i, tag in enumerate(ranked):
+        rank.setdefault(tag, i)
+    fitting = [(min(rank[t] for t in wheel_tags if t in rank), pin) for pin in target.wheels
+               if (wheel_tags := parse_wheel_filename(pin.file)[3]) & rank.keys()]
+    return min(fitting, key=lambda pair: pair[0])[1] if fitting else None
+
+
+def python_tags(target: Target) -> list[str]:
+    """The interpreter tags of the pinned wheels, e.g. ['cp311', 'cp312', 'cp313']."""
+    return sorted({t.interpreter for pin in target.wheels for t in parse_wheel_filename(pin.file)[3]})
 
 
 def shipped_changes(target: Target) -> dict[str, str | None]:
@@ -38,18 +64,38 @@ def shipped_changes(target: Target) -> dict[str, str | None]:
     return result
 
 
-def _run(cmd: list[str], what: str) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise OverlayError(f"{what} failed: {last[0]}")
 
 
+def _check_stock(target: Target, unpacked: Path, wheel_name: str) -> None:
+    """Every file the series touches holds its pinned pre-image in this wheel (or is absent where
+    a patch adds it), so the tree's post-images are valid for it too."""
+    for path in final_blobs(target):
+        rel = wheel_path_of(target, path)
+        if rel is None:
+            continue
+        want = target.preimages.get(path)
+        found = gitutil.hash_bytes((unpacked / rel).read_bytes()) if (unpacked / rel).is_file() else None
+        if found != want:
+            expected = f"blob {want}" if want else "absent (the series adds it)"
+            raise OverlayError(
+                f"{wheel_name}: {rel} is {f'blob {found}' if found else 'absent'}, the manifest pins {expected} "
+                f"for {path}; the series is proven on the pinned pre-images only: unpin this wheel in "
+                f"patches/manifest.toml or port the series to it"
+            )
+
+
 def build_patched_wheel(target: Target, wheel: Path, tree: Path, out_dir: Path, local_version: str) -> Path:
-    """Unpack the pinned wheel, write the patched files from the verified tree, repack.
+    """Unpack a pinned wheel, write the patched files from the verified tree, repack.
 
     `wheel pack` regenerates RECORD and renames the dist-info for the local version; every
-    other file keeps its bytes and the wheel keeps its original tags.
+    other file keeps its bytes and the wheel keeps its original tags. The tree was laid out
+    from the target's first wheel; any pinned wheel whose touched files hold the same pinned
+    pre-images gets the same post-image blobs.
     """
     problems = verify_tree(tree, target)
     if problems:
@@ -58,6 +104,7 @@ def build_patched_wheel(target: Target, wheel: Path, tree: Path, out_dir: Path, 
     with tempfile.TemporaryDirectory() as tmp:
         _run([sys.executable, "-m", "wheel", "unpack", "-d", tmp, str(wheel)], f"unpacking {wheel.name}")
         (unpacked,) = [p for p in Path(tmp).iterdir() if p.is_dir()]
+        _check_stock(target, unpacked, wheel.name)
         for path, blob in final_blobs(target).items():
             rel = wheel_path_of(target, path)
             if rel is None:
@@ -69,9 +116,11 @@ def build_patched_wheel(target: Target, wheel: Path, tree: Path, out_dir: Path, 
             data = gitutil.git(tree, "cat-file", "blob", f"HEAD:{path}", input=b"").stdout
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(data)
+        # Zip timestamps from the tree's last commit (patch dates): the same pins give the same bytes.
+        epoch = os.environ.get("SOURCE_DATE_EPOCH") or gitutil.out(tree, "log", "-1", "--format=%at", "HEAD")
         _run([sys.executable, "-m", "wheel", "pack", "-d", str(out_dir), "--local-version", local_version,
-              str(unpacked)], f"packing the patched {target.name} wheel")
-    made = out_dir / patched_wheel_name(target, local_version)
+              str(unpacked)], f"packing the patched {wheel.name}", env={**os.environ, "SOURCE_DATE_EPOCH": epoch})
+    made = out_dir / patched_wheel_name(wheel.name, local_version)
     if not made.is_file():
         raise OverlayError(f"`wheel pack` did not write {made}; is the wheel package >= 0.46 installed?")
     return made

@@ -9,6 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.utils import parse_wheel_filename
 from wheel.wheelfile import WheelFile
 
 from sgl_overlay.gitutil import hash_bytes
@@ -110,12 +111,13 @@ def make_wheel(path: Path, files: dict[str, str]) -> str:
     """Write a real wheel (RECORD included; name and version from the file name) and
     return its sha256."""
     name, version = path.name.split("-")[:2]
+    tags = "".join(f"Tag: {t}\n" for t in sorted(map(str, parse_wheel_filename(path.name)[3])))
     with WheelFile(path, "w") as wf:
         for rel, text in files.items():
             wf.writestr(rel, text)
         info = f"{name}-{version}.dist-info"
         wf.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-        wf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        wf.writestr(f"{info}/WHEEL", f"Wheel-Version: 1.0\nRoot-Is-Purelib: true\n{tags}")
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -127,6 +129,20 @@ def pin_wheel(ov: "Overlay", cache: Path, files: dict[str, str] | None = None) -
     manifest = ov.patches / "manifest.toml"
     manifest.write_text(manifest.read_text().replace("0" * 64, sha))
     return wheel
+
+
+def pin_wheels(ov: "Overlay", cache: Path, wheels: dict[str, dict[str, str]]) -> list[Path]:
+    """Several pinned wheels of sglang 1.0 (file name -> contents, one per Python tag) in `cache`,
+    written into the manifest as `wheels = [...]` in this order."""
+    cache.mkdir(parents=True, exist_ok=True)
+    paths = [cache / name for name in wheels]
+    pins = ", ".join(f'{{ file = "{p.name}", sha256 = "{make_wheel(p, files)}" }}' for p, files in zip(paths, wheels.values()))
+    manifest = ov.patches / "manifest.toml"
+    text = manifest.read_text()
+    single = f'wheel = "sglang-1.0-py3-none-any.whl"\nsha256 = "{"0" * 64}"\n'
+    assert single in text
+    manifest.write_text(text.replace(single, f"wheels = [{pins}]\n"))
+    return paths
 
 
 def snapshot(repo: Path) -> tuple:
