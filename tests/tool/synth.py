@@ -230,7 +230,7 @@ def make_fork_overlay(tmp: Path) -> Overlay:
     manifest.write_text(manifest.read_text().replace(
         'upstream = "https://example.com/sglang-kt"', f'upstream = "{KT_URL}"\nmarker = "{KT_MARKER}"'
     ) + f'\n[targets.sglang]\nkind = "wheel"\nversion = "1.0"\nupstream = "{SGLANG_URL}"\nproject_name = "sglang"\n'
-        'patches = []\n')
+        f'wheel = "sglang-1.0-py3-none-any.whl"\nsha256 = "{"0" * 64}"\npatches = []\n')
     add_kernel_target(ov, tmp, SGLANG_URL)
     return ov
 
