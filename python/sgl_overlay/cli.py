@@ -9,7 +9,7 @@ from pathlib import Path
 from sgl_overlay import __version__, doctor, export, fetch, matrix, matrix_report, operations, tree, wheels
 from sgl_overlay.checkout import Checkout, detect
 from sgl_overlay.errors import OverlayError, UsageError
-from sgl_overlay.manifest import Manifest, load_manifest
+from sgl_overlay.manifest import Kind, Manifest, load_manifest
 from sgl_overlay.series import State
 from sgl_overlay.verify import verify_tree
 
@@ -181,7 +181,7 @@ def run(argv: list[str] | None = None) -> int:
 
     if args.command == "fetch":
         for target in manifest.select(args.target):
-            wheel = fetch.fetch_wheels(target, cache, args.offline)[0] if target.kind == "wheel" else None
+            wheel = fetch.fetch_wheels(target, cache, args.offline)[0] if target.kind == Kind.WHEEL else None
             print(tree.lay_out(target, trees / target.name, wheel, args.force), flush=True)
         return 0
     if args.command == "doctor":
@@ -196,7 +196,7 @@ def run(argv: list[str] | None = None) -> int:
             print(f"built {wheels.build_from_checkout(co.path, list(co.targets), out_dir)}")
             return 0
         for target in manifest.select(args.target):
-            if target.kind != "wheel":
+            if target.kind != Kind.WHEEL:
                 continue
             for wheel in fetch.fetch_wheels(target, cache, offline=True):
                 made = wheels.build_patched_wheel(target, wheel, trees / target.name, out_dir, manifest.local_version)

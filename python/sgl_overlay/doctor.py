@@ -13,7 +13,7 @@ from packaging.version import Version
 
 from sgl_overlay import gitutil
 from sgl_overlay.errors import OverlayError
-from sgl_overlay.manifest import Manifest
+from sgl_overlay.manifest import Kind, Manifest
 from sgl_overlay.patchfile import read_patch
 from sgl_overlay.wheels import patched_wheel_name, python_tags, shipped_changes, wheel_for_python, wheel_path_of
 
@@ -121,7 +121,7 @@ def check_kernel(data: dict, dist_dir: Path) -> list[Finding]:
 def doctor(
     manifest: Manifest, python: str, dist_dir: Path, live: bool = True, site: Path | None = None
 ) -> tuple[list[str], bool]:
-    wheel_targets = [t for t in manifest.targets.values() if t.kind == "wheel"]
+    wheel_targets = [t for t in manifest.targets.values() if t.kind == Kind.WHEEL]
     data = probe(python, [t.dist_name for t in wheel_targets], live, site)
     lines = [f"environment: {data['python']}"]
     findings: list[Finding] = []

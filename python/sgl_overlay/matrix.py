@@ -38,8 +38,8 @@ import os
 import re
 import subprocess
 import time
-import tomllib
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
@@ -47,61 +47,65 @@ from packaging.version import InvalidVersion, Version
 
 from sgl_overlay import fetch, gitutil, operations, tree
 from sgl_overlay.errors import OverlayError, UsageError
-from sgl_overlay.manifest import Manifest, PinnedWheel, Target
+from sgl_overlay.manifest import Kind, Manifest, MatrixSpec, PinnedWheel, Target
 from sgl_overlay.patchfile import Patch, read_patch
 from sgl_overlay.series import ScratchIndex, State, series_status
 
-SCHEMA = 1
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout this package sits in (its venvs)
 TEST_TIMEOUT_S = 900
 
-# Outcome classes, in the order the legend lists them.
-EXACT, OFFSETS, THREE_WAY, CONFLICT, ABSENT, UPSTREAM = "exact", "offsets", "3way", "conflict", "absent", "upstream"
-APPLIES = (EXACT, OFFSETS, THREE_WAY)
+
+class Outcome(StrEnum):
+    """Where a patch stands on one version; the legend lists them in this order."""
+
+    EXACT = "exact"
+    OFFSETS = "offsets"
+    THREE_WAY = "3way"
+    CONFLICT = "conflict"
+    ABSENT = "absent"
+    UPSTREAM = "upstream"
+
+    @property
+    def applies(self) -> bool:
+        return self in (Outcome.EXACT, Outcome.OFFSETS, Outcome.THREE_WAY)
+
+
 LEGEND = {
-    EXACT: "applies exactly: every file it modifies is byte-identical to the pinned pre-image (same blob id)",
-    OFFSETS: "applies cleanly with `git apply`, but a file it modifies differs from the pin "
-             "(hunks may sit at other lines)",
-    THREE_WAY: "applies only through a 3-way merge (`git am -3`) against the pinned pre-image",
-    CONFLICT: "does not apply, not even 3-way; the failing hunk is named",
-    ABSENT: "a file the patch modifies does not exist in that version (the feature is not there)",
-    UPSTREAM: "the fix is already present upstream (the patch reverse-applies cleanly)",
+    Outcome.EXACT: "applies exactly: every file it modifies is byte-identical to the pinned pre-image (same blob id)",
+    Outcome.OFFSETS: "applies cleanly with `git apply`, but a file it modifies differs from the pin "
+                     "(hunks may sit at other lines)",
+    Outcome.THREE_WAY: "applies only through a 3-way merge (`git am -3`) against the pinned pre-image",
+    Outcome.CONFLICT: "does not apply, not even 3-way; the failing hunk is named",
+    Outcome.ABSENT: "a file the patch modifies does not exist in that version (the feature is not there)",
+    Outcome.UPSTREAM: "the fix is already present upstream (the patch reverse-applies cleanly)",
 }
+
+
+class Tests(StrEnum):
+    """What running a patch's own tests on one version gave."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    SKIP = "skip"
+    ERROR = "error"  # pytest could not run them
+    NO_TESTS = "no tests"
+    NOT_RUN = "not run"
+    NA = "n/a"  # the patch did not apply: nothing to test
+
+
 _TEST_FILE = re.compile(r"(^|/)tests?/(.+/)?(test_[^/]*|[^/]*_test)\.py$")
-
-
-@dataclass(frozen=True)
-class Variant:
-    """A port of one series patch for the versions where the original conflicts."""
-
-    patch: str  # the series patch it stands in for (name in `patches`)
-    file: str  # the variant's patch file, relative to patches/<target>/
-    versions: tuple[str, ...]
-    reason: str = ""
-
-
-@dataclass(frozen=True)
-class MatrixSpec:
-    versions: tuple[str, ...]
-    variants: tuple[Variant, ...] = ()
-    venv: str = ""  # interpreter folder for the patches' tests, relative to the repo root
-    run_tests: bool = True
-    no_tests_reason: str = ""
-    # CPU stand-ins for native pieces the patches' tests need (as the project's own tests use them):
-    pythonpath: tuple[str, ...] = ()  # extra PYTHONPATH entries after <tree>/python, relative to the repo root
-    pytest_args: tuple[str, ...] = ()  # e.g. ("-p", "kt_cpu_stubs")
 
 
 @dataclass
 class TestResult:
-    result: str  # pass / fail / skip / error / no tests / not run
+    result: Tests
     reason: str = ""
     files: list[str] = field(default_factory=list)
 
 
 @dataclass
 class Cell:
-    outcome: str
+    outcome: Outcome
     detail: str = ""
     patch_file: str = ""
     variant: bool = False
@@ -130,39 +134,6 @@ class TargetRun:
 
 
 # ----------------------------------------------------------------------------- config
-
-
-def _raw_targets(manifest: Manifest) -> dict:
-    return tomllib.loads(manifest.path.read_text()).get("targets", {})
-
-
-def load_spec(manifest: Manifest, target: Target) -> MatrixSpec:
-    """`[targets.<t>.matrix]` and `[[targets.<t>.variants]]` of the manifest (both optional)."""
-    raw = _raw_targets(manifest).get(target.name, {})
-    table = raw.get("matrix", {})
-    variants = []
-    for i, v in enumerate(raw.get("variants", [])):
-        try:
-            variant = Variant(patch=v["patch"], file=v["file"], versions=tuple(map(str, v["versions"])),
-                              reason=v.get("reason", ""))
-        except KeyError as exc:
-            raise OverlayError(f"{manifest.path}: variant #{i + 1} of {target.name} lacks key {exc} "
-                               "(needs patch, file, versions)") from None
-        if variant.patch not in target.patches:
-            raise OverlayError(f"{manifest.path}: variant {variant.file} of {target.name} stands in for "
-                               f"{variant.patch}, which is not in its patches list")
-        variants.append(variant)
-    versions = tuple(map(str, table.get("versions", [target.version if target.kind == "wheel" else target.commit])))
-    return MatrixSpec(versions=versions, variants=tuple(variants), venv=table.get("venv", ""),
-                      run_tests=table.get("tests", True), no_tests_reason=table.get("no_tests_reason", ""),
-                      pythonpath=tuple(table.get("pythonpath", [])), pytest_args=tuple(table.get("pytest_args", [])))
-
-
-def variant_for(spec: MatrixSpec, patch: str, version: str) -> Variant | None:
-    found = [v for v in spec.variants if v.patch == patch and version in v.versions]
-    if len(found) > 1:
-        raise OverlayError(f"{patch}: several variants claim version {version}: {[v.file for v in found]}")
-    return found[0] if found else None
 
 
 def _version_key(v: str):
@@ -194,7 +165,7 @@ def _cached_wheel(cache: Path, dist: str, version: str) -> Path | None:
 
 def fetch_version_wheel(target: Target, version: str, cache: Path, offline: bool) -> tuple[Path, str]:
     """The wheel of `version` (cache first, else pip with the pinned wheel's tags) and its sha256."""
-    if target.kind == "wheel" and version == target.version:
+    if target.kind == Kind.WHEEL and version == target.version:
         path = fetch.fetch_wheel(target, cache, offline)  # the pin: sha256 checked against the manifest
         return path, target.sha256
     dist = target.dist_name
@@ -212,7 +183,7 @@ def fetch_version_wheel(target: Target, version: str, cache: Path, offline: bool
 
 
 def _version_target(target: Target, version: str, wheel: Path | None, sha: str, patches: tuple[str, ...]) -> Target:
-    if target.kind != "wheel":
+    if target.kind != Kind.WHEEL:
         return dataclasses.replace(target, patches=patches)
     return dataclasses.replace(
         target, version=version, wheels=(PinnedWheel(wheel.name, sha),) if wheel else (), patches=patches
@@ -289,18 +260,18 @@ def classify(vtree: Path, vt: Target) -> list[tuple[Patch, Cell]]:
         if st.state == State.APPLICABLE:
             differ = _differs_from_pin(st.patch, vtree, vt)
             offs = st.detail.replace(".; ", "; ").rstrip(".") or "no line offsets"
-            cell = (Cell(OFFSETS, f"{', '.join(differ)} differ from the pin; {offs}") if differ
-                    else Cell(EXACT, "pre-image blob ids equal the pin"))
+            cell = (Cell(Outcome.OFFSETS, f"{', '.join(differ)} differ from the pin; {offs}") if differ
+                    else Cell(Outcome.EXACT, "pre-image blob ids equal the pin"))
         elif st.state == State.APPLICABLE_3WAY:
             detail = st.detail if st.detail.startswith("patch failed") else ""
-            cell = Cell(THREE_WAY, detail and f"exact apply fails at {_hunk_of(st.patch, detail)}; "
+            cell = Cell(Outcome.THREE_WAY, detail and f"exact apply fails at {_hunk_of(st.patch, detail)}; "
                                               "3-way merge is clean")
         elif st.state == State.CONFLICTING:
-            cell = Cell(CONFLICT, f"{_hunk_of(st.patch, st.detail)} (fails exact and 3-way)")
+            cell = Cell(Outcome.CONFLICT, f"{_hunk_of(st.patch, st.detail)} (fails exact and 3-way)")
         elif st.state == State.ABSENT:
-            cell = Cell(ABSENT, f"missing {st.detail}")
+            cell = Cell(Outcome.ABSENT, f"missing {st.detail}")
         elif st.state == State.UPSTREAM:
-            cell = Cell(UPSTREAM, st.detail)
+            cell = Cell(Outcome.UPSTREAM, st.detail)
         else:
             raise OverlayError(f"{st.patch.label}: unexpected state {st.state.value} in a fresh matrix tree")
         rows.append((st.patch, cell))
@@ -345,7 +316,7 @@ def _pytest_reason(out: str) -> str:
 def run_patch_tests(python: Path, vtree: Path, files: list[str], timeout: int = TEST_TIMEOUT_S,
                     extra_path: list[Path] | None = None, pytest_args: tuple[str, ...] = ()) -> TestResult:
     if not files:
-        return TestResult("no tests", "the patch adds or changes no test file")
+        return TestResult(Tests.NO_TESTS, "the patch adds or changes no test file")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(vtree / "python"), *map(str, extra_path or [])])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -353,17 +324,17 @@ def run_patch_tests(python: Path, vtree: Path, files: list[str], timeout: int = 
     try:
         proc = subprocess.run(cmd, cwd=vtree, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return TestResult("error", f"timed out after {timeout} s", files)
+        return TestResult(Tests.ERROR, f"timed out after {timeout} s", files)
     out = proc.stdout + proc.stderr
     reason = _pytest_reason(out).replace(str(vtree), "<tree>")  # no machine paths in committed output
     if proc.returncode == 0:
         only_skipped = "passed" not in reason and "skipped" in reason
-        return TestResult("skip" if only_skipped else "pass", reason, files)
+        return TestResult(Tests.SKIP if only_skipped else Tests.PASS, reason, files)
     if proc.returncode == 1:
-        return TestResult("fail", reason, files)
+        return TestResult(Tests.FAIL, reason, files)
     if proc.returncode == 5:
-        return TestResult("no tests", reason or "pytest collected nothing", files)
-    return TestResult("error", f"pytest exit {proc.returncode}: {reason}", files)
+        return TestResult(Tests.NO_TESTS, reason or "pytest collected nothing", files)
+    return TestResult(Tests.ERROR, f"pytest exit {proc.returncode}: {reason}", files)
 
 
 # ----------------------------------------------------------------------------- driver
@@ -408,7 +379,7 @@ def _series_for(target: Target, spec: MatrixSpec, version: str) -> tuple[tuple[s
     """The patch files to use at `version` and, for each, the series name it stands for."""
     files, stands_for = [], {}
     for name in target.patches:
-        v = variant_for(spec, name, version)
+        v = spec.variant_for(name, version)
         f = v.file if v else name
         files.append(f)
         stands_for[f] = name
@@ -416,7 +387,7 @@ def _series_for(target: Target, spec: MatrixSpec, version: str) -> tuple[tuple[s
 
 
 def run_target(target: Target, spec: MatrixSpec, opts: Options, log=print) -> TargetRun:
-    wheel_kind = target.kind == "wheel"
+    wheel_kind = target.kind == Kind.WHEEL
     run = TargetRun(
         target=target.name,
         pinned=target.version if wheel_kind else target.commit,
@@ -477,21 +448,21 @@ def run_target(target: Target, spec: MatrixSpec, opts: Options, log=print) -> Ta
         for patch, cell in rows:
             rel = str(patch.path.relative_to(target.patch_dir))
             cell.patch_file, cell.variant = rel, rel != stands_for[rel]
-            if cell.variant and cell.outcome == EXACT:
+            if cell.variant and cell.outcome == Outcome.EXACT:
                 cell.detail = "the variant's pre-image blob ids are this version's files"
             vr.cells[stands_for[rel]] = cell
-            if cell.outcome in APPLIES:
+            if cell.outcome.applies:
                 why = apply_and_commit(vtree, patch)
                 if why:
-                    cell.tests = TestResult("not run", f"git am -3 failed: {why}")
+                    cell.tests = TestResult(Tests.NOT_RUN, f"git am -3 failed: {why}")
                 else:
                     applied.append((patch, cell))
             else:
-                cell.tests = TestResult("n/a", "")
+                cell.tests = TestResult(Tests.NA, "")
         # A fix already upstream: its tests still say whether upstream's version of it works.
         # Only the patch's new test files are written (work tree, no commit).
         for patch, cell in rows:
-            if cell.outcome == UPSTREAM and patch_test_files(patch):
+            if cell.outcome == Outcome.UPSTREAM and patch_test_files(patch):
                 new = [f"--include={f}" for f in patch_test_files(patch)
                        if gitutil.blob_at(vtree, "HEAD", f) is None]
                 if new and gitutil.git(vtree, "apply", *new, str(patch.path), check=False).returncode == 0:
@@ -500,9 +471,9 @@ def run_target(target: Target, spec: MatrixSpec, opts: Options, log=print) -> Ta
             files = patch_test_files(patch)
             if not (opts.run_tests and spec.run_tests):
                 why = spec.no_tests_reason or "--no-tests"
-                cell.tests = TestResult("not run", why, files)
+                cell.tests = TestResult(Tests.NOT_RUN, why, files)
             elif files and not python.exists():
-                cell.tests = TestResult("not run", f"no venv: {python} is missing (scripts/setup_venvs.sh)", files)
+                cell.tests = TestResult(Tests.NOT_RUN, f"no venv: {python} is missing (scripts/setup_venvs.sh)", files)
             else:
                 t0 = time.monotonic()
                 cell.tests = run_patch_tests(python, vtree, files, extra_path=extra_path,
@@ -523,7 +494,7 @@ def run_matrix(manifest: Manifest, names: list[str] | None, versions: dict[str, 
     runs = []
     t0 = time.monotonic()
     for target in selected:
-        spec = load_spec(manifest, target)
+        spec = target.matrix
         if target.name in versions:
             spec = dataclasses.replace(spec, versions=tuple(versions[target.name]))
         runs.append(run_target(target, spec, opts, log))

@@ -10,18 +10,9 @@ import dataclasses
 import json
 from pathlib import Path
 
-from sgl_overlay.matrix import (
-    ABSENT,
-    CONFLICT,
-    EXACT,
-    LEGEND,
-    OFFSETS,
-    SCHEMA,
-    THREE_WAY,
-    UPSTREAM,
-    Cell,
-    TargetRun,
-)
+from sgl_overlay.matrix import LEGEND, Cell, Outcome, TargetRun, Tests
+
+SCHEMA = 1  # of compat-matrix.json
 
 
 def _cell_json(c: Cell) -> dict:
@@ -60,16 +51,16 @@ def to_json(runs: list[TargetRun]) -> dict:
     }
 
 
-_SHORT = {EXACT: "exact", OFFSETS: "offsets", THREE_WAY: "3-way", CONFLICT: "**conflict**", ABSENT: "absent",
-          UPSTREAM: "upstream"}
-_TEST_MARK = {"pass": "tests pass", "fail": "**tests FAIL**", "skip": "tests skipped", "error": "**tests error**",
-              "no tests": "no tests", "not run": "tests not run"}
+_SHORT = {Outcome.THREE_WAY: "3-way", Outcome.CONFLICT: "**conflict**"}  # else the outcome itself
+_TEST_MARK = {Tests.PASS: "tests pass", Tests.FAIL: "**tests FAIL**", Tests.SKIP: "tests skipped",
+              Tests.ERROR: "**tests error**", Tests.NO_TESTS: "no tests", Tests.NOT_RUN: "tests not run"}
 
 
 def _short(c: dict | None) -> str:
     if c is None:
         return "–"
-    text = _SHORT[c["outcome"]] + (" (variant)" if c.get("variant") else "")
+    outcome = Outcome(c["outcome"])
+    text = _SHORT.get(outcome, outcome.value) + (" (variant)" if c.get("variant") else "")
     result = c.get("tests", {}).get("result", "n/a")
     return text + (f" · {_TEST_MARK[result]}" if result in _TEST_MARK else "")
 

@@ -12,7 +12,7 @@ from wheel.wheelfile import WheelFile
 
 from sgl_overlay import gitutil
 from sgl_overlay.errors import OverlayError
-from sgl_overlay.manifest import Target
+from sgl_overlay.manifest import Kind, Target
 from sgl_overlay.patchfile import preimage_from_full_context, read_patch
 
 BASE_TAG = "upstream"
@@ -110,13 +110,11 @@ def lay_out(target: Target, dest: Path, wheel: Path | None, force: bool = False,
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        if target.kind == "wheel":
+        if target.kind == Kind.WHEEL:
             assert wheel is not None
             count = _extract_wheel(wheel, target, tmp)
-        elif target.kind == "patch-context":
-            count = _rebuild_from_patches(target, tmp)
         else:
-            raise OverlayError(f"target {target.name}: unknown kind {target.kind!r} in the manifest")
+            count = _rebuild_from_patches(target, tmp)
         gitutil.git(tmp, "init", "-q", "-b", "main")
         gitutil.git(tmp, "config", "sgl-overlay.target", target.name)
         gitutil.git(tmp, "config", "sgl-overlay.version", target.version)

@@ -115,7 +115,7 @@ def test_full_context_target_rebuilt_without_network(tmp_path: Path) -> None:
     git(up, "format-patch", "-q", "--full-index", "-U100000", "-o", str(out), "HEAD~1..HEAD")
     name = next(out.glob("*.patch")).name
     (tmp_path / "patches" / "manifest.toml").write_text(
-        '[targets.sgl-kernel]\nkind = "patch-context"\nversion = "abc"\nupstream = "u"\ncommit = "abc"\n'
+        'schema = 1\n[targets.sgl-kernel]\nkind = "patch-context"\nversion = "abc"\nupstream = "u"\ncommit = "abc"\n'
         f'context = "full"\nmarker = "sgl-kernel/csrc/copy.cu"\npatches = ["{name}"]\n'
         f'[targets.sgl-kernel.preimages]\n"sgl-kernel/csrc/copy.cu" = "{blob(files["sgl-kernel/csrc/copy.cu"])}"\n'
         f'"sgl-kernel/tests/t.py" = "{blob(files["sgl-kernel/tests/t.py"])}"\n'

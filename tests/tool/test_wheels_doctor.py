@@ -165,8 +165,12 @@ def test_twin_wheel_with_another_preimage_is_refused(tmp_path: Path) -> None:
      r"target 'sglang' is version 1\.0, its wheel sglang-1\.1-cp39-none-any\.whl is 1\.1; pin the wheel of version 1\.0"),
     (lambda t: re.sub(r"wheels = \[.*\]", "wheels = []", t), r"target 'sglang' is of kind wheel but pins none"),
     (lambda t: t.replace("sglang-1.0-cp39-none-any.whl", "sglang-1.0.whl"), r"target 'sglang': Invalid wheel filename"),
+    (lambda t: t.replace('kind = "wheel"', 'kind = "sdist"'),
+     r"target 'sglang' has unknown kind 'sdist'; use one of wheel, patch-context"),
+    (lambda t: t.replace("schema = 1\n", ""), r"manifest\.toml lacks `schema = 1`; add that line at its top"),
+    (lambda t: t.replace("schema = 1\n", "schema = 2\n"), r"manifest\.toml is schema 2, this sgl-overlay reads schema 1"),
 ])
-def test_bad_wheel_pins(tmp_path: Path, edit, message: str) -> None:
+def test_bad_manifest(tmp_path: Path, edit, message: str) -> None:
     ov = make_overlay(tmp_path)
     pin_wheels(ov, tmp_path / "cache", {f"sglang-1.0-{tag}-none-any.whl": {"sglang/model.py": MODEL_PY}
                                         for tag in (NATIVE, OTHER)})
