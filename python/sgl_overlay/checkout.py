@@ -9,6 +9,7 @@ from pathlib import Path
 from sgl_overlay import gitutil
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.manifest import Manifest, Target
+from sgl_overlay.patchfile import Series
 
 # Folders upstream moved after the pins: (old prefix, new prefix, where it happened). A
 # target whose marker sits under the new prefix is found there, with its paths mapped.
@@ -54,6 +55,7 @@ class Checkout:
     # copy of sgl-kernel/). `-t NAME` makes one required again.
     optional: dict[str, str] = field(default_factory=dict)
     placements: dict[str, Placement] = field(default_factory=dict)
+    series: dict[str, Series] = field(default_factory=dict)  # each target's patches, read once
 
     def placement(self, name: str) -> Placement:
         return self.placements.get(name, SAME_PLACE)
@@ -147,7 +149,8 @@ def detect(path: Path, manifest: Manifest, only: list[str] | None = None) -> Che
             "sgl-kernel/ is there; pass a checkout of sgl-project/sglang or kvcache-ai/sglang"
         )
     return Checkout(path=repo, targets=tuple(found), embedded=bool(marked), optional=optional,
-                    placements={n: p for n, p in placements.items() if any(t.name == n for t in found)})
+                    placements={n: p for n, p in placements.items() if any(t.name == n for t in found)},
+                    series={t.name: Series.read(t) for t in found})
 
 
 def ensure_writable(co: Checkout) -> None:

@@ -10,6 +10,7 @@ from sgl_overlay import __version__, doctor, export, fetch, matrix, matrix_repor
 from sgl_overlay.checkout import Checkout, detect
 from sgl_overlay.errors import OverlayError, UsageError
 from sgl_overlay.manifest import Kind, Manifest, load_manifest
+from sgl_overlay.patchfile import Series
 from sgl_overlay.series import State
 from sgl_overlay.verify import verify_tree
 
@@ -181,8 +182,11 @@ def run(argv: list[str] | None = None) -> int:
 
     if args.command == "fetch":
         for target in manifest.select(args.target):
-            wheel = fetch.fetch_wheels(target, cache, args.offline)[0] if target.kind == Kind.WHEEL else None
-            print(tree.lay_out(target, trees / target.name, wheel, args.force), flush=True)
+            if target.kind == Kind.WHEEL:
+                wheel, series = fetch.fetch_wheels(target, cache, args.offline)[0], None
+            else:
+                wheel, series = None, Series.read(target)
+            print(tree.lay_out(target, trees / target.name, wheel, series, force=args.force), flush=True)
         return 0
     if args.command == "doctor":
         lines, ok = doctor.doctor(manifest, args.python, (args.dist or root / "dist").resolve(), not args.no_live,
@@ -193,13 +197,14 @@ def run(argv: list[str] | None = None) -> int:
         out_dir = args.out.resolve()
         if args.checkout is not None:
             co = detect(args.checkout, manifest, args.target)
-            print(f"built {wheels.build_from_checkout(co.path, list(co.targets), out_dir)}")
+            print(f"built {wheels.build_from_checkout(co, out_dir)}")
             return 0
         for target in manifest.select(args.target):
             if target.kind != Kind.WHEEL:
                 continue
+            series = Series.read(target)
             for wheel in fetch.fetch_wheels(target, cache, offline=True):
-                made = wheels.build_patched_wheel(target, wheel, trees / target.name, out_dir, manifest.local_version)
+                made = wheels.build_patched_wheel(series, wheel, trees / target.name, out_dir, manifest.local_version)
                 print(f"built {made}", flush=True)
         return 0
     if args.command == "matrix":
@@ -222,7 +227,7 @@ def run(argv: list[str] | None = None) -> int:
         problems = []
         for co in _checkouts(args, manifest, trees):
             for target in co.targets:
-                found = verify_tree(co.path, target)
+                found = verify_tree(co.path, co.series[target.name])
                 problems += found
                 if not found:
                     print(f"verified {target.name}: base matches pins, {len(target.patches)} patch(es) "

@@ -14,7 +14,7 @@ from packaging.version import Version
 from sgl_overlay import gitutil
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.manifest import Kind, Manifest
-from sgl_overlay.patchfile import read_patch
+from sgl_overlay.patchfile import Series
 from sgl_overlay.wheels import patched_wheel_name, python_tags, shipped_changes, wheel_for_python, wheel_path_of
 
 KERNEL_DISTS = ("sglang-kernel", "sgl-kernel")
@@ -70,9 +70,10 @@ def probe(python: str, dists: list[str], live: bool, site: Path | None = None) -
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def check_python_target(manifest: Manifest, name: str, info: dict, dist_dir: Path,
+def check_python_target(manifest: Manifest, series: Series, info: dict, dist_dir: Path,
                         python: tuple[int, int]) -> list[Finding]:
-    target = manifest.get(name)
+    target = series.target
+    name = target.name
     pin = wheel_for_python(target, python)  # the patched twin of the wheel pip picks for this Python
     if pin is None:
         fix = (f"no patched {name} wheel fits Python {python[0]}.{python[1]} here; the overlay builds them for "
@@ -83,11 +84,10 @@ def check_python_target(manifest: Manifest, name: str, info: dict, dist_dir: Pat
     if installed.base_version != target.version:
         return [Finding(name, f"installed {installed}, the overlay pins {target.version}: fixes not checked", False,
                         f"pip install {target.requirement} && {fix}" if pin else fix)]
-    final = shipped_changes(target)
+    final = shipped_changes(series)
     root = Path(info["root"])
     findings = []
-    for patch_path in target.patch_paths():
-        patch = read_patch(patch_path)
+    for patch in series.patches:
         files = [rel for p in patch.touched() if (rel := wheel_path_of(target, p)) is not None]
         missing = []
         for rel in files:
@@ -129,7 +129,7 @@ def doctor(
         info = data["dists"].get(target.dist_name)
         if info is not None:
             lines.append(f"{target.dist_name} {info['version']} at {info['root']}")
-            findings += check_python_target(manifest, target.name, info, dist_dir, tuple(data["version"]))
+            findings += check_python_target(manifest, Series.read(target), info, dist_dir, tuple(data["version"]))
     for kname in (*KERNEL_DISTS, EXT_DIST):
         if kname in data["dists"]:
             lines.append(f"{kname} {data['dists'][kname]['version']}")

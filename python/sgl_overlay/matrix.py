@@ -48,7 +48,7 @@ from packaging.version import InvalidVersion, Version
 from sgl_overlay import fetch, gitutil, operations, tree
 from sgl_overlay.errors import OverlayError, UsageError
 from sgl_overlay.manifest import Kind, Manifest, MatrixSpec, PinnedWheel, Target
-from sgl_overlay.patchfile import Patch, read_patch
+from sgl_overlay.patchfile import Patch, Series
 from sgl_overlay.series import ScratchIndex, State, series_status
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout this package sits in (its venvs)
@@ -190,14 +190,15 @@ def _version_target(target: Target, version: str, wheel: Path | None, sha: str, 
     )
 
 
-def prepare_tree(vt: Target, dest: Path, wheel: Path | None, sha: str, pinned: bool) -> str:
+def prepare_tree(series: Series, dest: Path, wheel: Path | None, sha: str, pinned: bool) -> str:
     """A laid-out tree at its `upstream` commit, clean: reused when the same wheel made it.
     Only the pinned version must match the manifest's pre-image blobs."""
+    vt = series.target
     if tree.is_ready(dest, vt) and gitutil.config_get(dest, "sgl-overlay.matrix-sha256") == (sha or "none"):
         operations.rollback(dest, gitutil.out(dest, "rev-parse", tree.BASE_TAG))
         gitutil.git(dest, "clean", "-qfdx")
         return f"{dest} reused"
-    line = tree.lay_out(vt, dest, wheel, force=True, check_pins=pinned)
+    line = tree.lay_out(vt, dest, wheel, series, force=True, check_pins=pinned)
     gitutil.git(dest, "config", "sgl-overlay.matrix-sha256", sha or "none")
     return line
 
@@ -253,10 +254,11 @@ def _differs_from_pin(patch: Patch, vtree: Path, vt: Target) -> list[str]:
     return differ
 
 
-def classify(vtree: Path, vt: Target) -> list[tuple[Patch, Cell]]:
+def classify(vtree: Path, series: Series) -> list[tuple[Patch, Cell]]:
     """One cell per patch of a tree freshly reset to `upstream` (so nothing is APPLIED yet)."""
+    vt = series.target
     rows = []
-    for st in series_status(vtree, vt):
+    for st in series_status(vtree, series):
         if st.state == State.APPLICABLE:
             differ = _differs_from_pin(st.patch, vtree, vt)
             offs = st.detail.replace(".; ", "; ").rstrip(".") or "no line offsets"
@@ -409,7 +411,7 @@ def run_target(target: Target, spec: MatrixSpec, opts: Options, log=print) -> Ta
     run.tests_env = _tests_env(python, spec, opts) if spec.run_tests else ""
 
     # The pinned tree first: its blobs seed every other version's 3-way merges.
-    def tree_for(version: str) -> tuple[Path, Target, VersionRun, dict[str, str]]:
+    def tree_for(version: str) -> tuple[Path, Series, VersionRun, dict[str, str]]:
         vr = VersionRun(version=version)
         files, stands_for = _series_for(target, spec, version)
         if wheel_kind:
@@ -417,12 +419,12 @@ def run_target(target: Target, spec: MatrixSpec, opts: Options, log=print) -> Ta
             vr.wheel, vr.sha256 = wheel.name, sha
         else:
             wheel, sha = None, ""
-        vt = _version_target(target, version, wheel, sha, files)
+        vs = Series.read(_version_target(target, version, wheel, sha, files))
         dest = opts.build / f"{target.name}-{version}"
         t0 = time.monotonic()
-        line = prepare_tree(vt, dest, wheel, sha, pinned=version == pinned_version)
+        line = prepare_tree(vs, dest, wheel, sha, pinned=version == pinned_version)
         log(f"matrix {target.name} {version}: {line} ({time.monotonic() - t0:.1f} s)")
-        return dest, vt, vr, stands_for
+        return dest, vs, vr, stands_for
 
     pinned_version = target.version if wheel_kind else run.pinned[:12]
     try:
@@ -433,7 +435,7 @@ def run_target(target: Target, spec: MatrixSpec, opts: Options, log=print) -> Ta
         return run
     for version in versions:
         try:
-            vtree, vt, vr, stands_for = tree_for(version)
+            vtree, vs, vr, stands_for = tree_for(version)
         except OverlayError as exc:  # recorded; the run goes on and fails at the end
             run.versions.append(VersionRun(version=version, error=str(exc)))
             log(f"matrix {target.name} {version}: error: {exc}")
@@ -441,9 +443,8 @@ def run_target(target: Target, spec: MatrixSpec, opts: Options, log=print) -> Ta
         run.versions.append(vr)
         if not target.patches:
             continue
-        patches = [read_patch(p) for p in vt.patch_paths()]
-        seed_pinned_objects(vtree, pinned_tree, patches)
-        rows = classify(vtree, vt)
+        seed_pinned_objects(vtree, pinned_tree, list(vs.patches))
+        rows = classify(vtree, vs)
         applied: list[tuple[Patch, Cell]] = []
         for patch, cell in rows:
             rel = str(patch.path.relative_to(target.patch_dir))

@@ -75,7 +75,7 @@ class Survey:
 def survey(co: Checkout, working_files: bool = False) -> Survey:
     """States of every target's series; `working_files` reads uncommitted files too (status)."""
     content = content_of(co.path, working_files)
-    rows = {t.name: series_status(co.path, t, content, co.placement(t.name)) for t in co.targets}
+    rows = {t.name: series_status(co.path, co.series[t.name], content, co.placement(t.name)) for t in co.targets}
     return Survey(content, rows)
 
 

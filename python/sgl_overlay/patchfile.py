@@ -11,6 +11,7 @@ from unidiff.constants import LINE_TYPE_CONTEXT, LINE_TYPE_NO_NEWLINE, LINE_TYPE
 
 from sgl_overlay import gitutil
 from sgl_overlay.errors import OverlayError
+from sgl_overlay.manifest import Target
 
 # `git format-patch`/`git show` context for full-context targets: the whole file, so the
 # patch carries its own pre-image (and `git patch-id` sees the same hunks on both sides).
@@ -123,3 +124,26 @@ def preimage_from_full_context(patch: Patch, file_path: str) -> bytes:
             last_type = line.line_type
         return "".join(lines).encode("utf-8")
     raise OverlayError(f"{patch.label} does not touch {file_path}")
+
+
+@dataclass(frozen=True)
+class Series:
+    """A target's patches, parsed once and passed to whatever needs them."""
+
+    target: Target
+    patches: tuple[Patch, ...]
+
+    @classmethod
+    def read(cls, target: Target) -> Series:
+        return cls(target, tuple(read_patch(p) for p in target.patch_paths()))
+
+    def final_blobs(self) -> dict[str, str | None]:
+        """Each touched file's blob id after the whole series (None: deleted)."""
+        return {c.path: c.new_blob for patch in self.patches for c in patch.changes}
+
+    def preimage(self, path: str) -> bytes:
+        """A pinned file's pre-image, rebuilt from the first full-context patch touching it."""
+        source = next((p for p in self.patches if path in p.touched()), None)
+        if source is None:
+            raise OverlayError(f"no patch of {self.target.name} touches {path}; fix patches/manifest.toml")
+        return preimage_from_full_context(source, path)

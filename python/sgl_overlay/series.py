@@ -18,8 +18,7 @@ from pathlib import Path
 
 from sgl_overlay import gitutil
 from sgl_overlay.checkout import SAME_PLACE, Placement
-from sgl_overlay.manifest import Target
-from sgl_overlay.patchfile import Patch, preimage_from_full_context, read_patch
+from sgl_overlay.patchfile import Patch, Series, preimage_from_full_context
 
 HISTORY_DEPTH = 2000  # how far back to look for the commit that brought a patch in
 # Context lines around each change when deciding whether a full-context patch is in: one, so
@@ -230,16 +229,15 @@ def _in(repo: Path, patch: Patch, placement: Placement, partial: str, how: str =
     return PatchStatus(patch, State.UPSTREAM, detail=partial or how)
 
 
-def series_status(repo: Path, target: Target, content: Content | None = None,
+def series_status(repo: Path, series: Series, content: Content | None = None,
                   placement: Placement = SAME_PLACE) -> list[PatchStatus]:
     """Classify each patch in order, applying the pending ones to a scratch index as it goes
     (a later patch sees the earlier ones in)."""
-    patches = [read_patch(p) for p in target.patch_paths()]
     tree = (content or content_of(repo)).tree
     with ScratchIndex(repo, tree, tuple(placement.apply_flags())) as scratch, \
             tempfile.TemporaryDirectory(prefix="sgl-overlay-narrow-") as tmp:
         return [
             _classify(repo, scratch, patch, placement,
-                      narrow_context(patch, Path(tmp)) if target.full_context else patch.path)
-            for patch in patches
+                      narrow_context(patch, Path(tmp)) if series.target.full_context else patch.path)
+            for patch in series.patches
         ]

@@ -14,9 +14,11 @@ from packaging.version import Version
 
 from sgl_overlay import gitutil
 from sgl_overlay.errors import OverlayError
+from sgl_overlay.checkout import Checkout
 from sgl_overlay.manifest import PinnedWheel, Target
-from sgl_overlay.series import State, series_status
-from sgl_overlay.verify import final_blobs, verify_tree
+from sgl_overlay.patchfile import Series
+from sgl_overlay.series import IN, series_status
+from sgl_overlay.verify import verify_tree
 
 
 def wheel_path_of(target: Target, tree_path: str) -> str | None:
@@ -54,11 +56,11 @@ def python_tags(target: Target) -> list[str]:
     return sorted({t.interpreter for pin in target.wheels for t in parse_wheel_filename(pin.file)[3]})
 
 
-def shipped_changes(target: Target) -> dict[str, str | None]:
+def shipped_changes(series: Series) -> dict[str, str | None]:
     """Wheel path -> final blob id, for each file the series changes inside the wheel."""
     result = {}
-    for path, blob in final_blobs(target).items():
-        rel = wheel_path_of(target, path)
+    for path, blob in series.final_blobs().items():
+        rel = wheel_path_of(series.target, path)
         if rel is not None:
             result[rel] = blob
     return result
@@ -71,10 +73,11 @@ def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
         raise OverlayError(f"{what} failed: {last[0]}")
 
 
-def _check_stock(target: Target, unpacked: Path, wheel_name: str) -> None:
+def _check_stock(series: Series, unpacked: Path, wheel_name: str) -> None:
     """Every file the series touches holds its pinned pre-image in this wheel (or is absent where
     a patch adds it), so the tree's post-images are valid for it too."""
-    for path in final_blobs(target):
+    target = series.target
+    for path in series.final_blobs():
         rel = wheel_path_of(target, path)
         if rel is None:
             continue
@@ -89,7 +92,7 @@ def _check_stock(target: Target, unpacked: Path, wheel_name: str) -> None:
             )
 
 
-def build_patched_wheel(target: Target, wheel: Path, tree: Path, out_dir: Path, local_version: str) -> Path:
+def build_patched_wheel(series: Series, wheel: Path, tree: Path, out_dir: Path, local_version: str) -> Path:
     """Unpack a pinned wheel, write the patched files from the verified tree, repack.
 
     `wheel pack` regenerates RECORD and renames the dist-info for the local version; every
@@ -97,15 +100,16 @@ def build_patched_wheel(target: Target, wheel: Path, tree: Path, out_dir: Path, 
     from the target's first wheel; any pinned wheel whose touched files hold the same pinned
     pre-images gets the same post-image blobs.
     """
-    problems = verify_tree(tree, target)
+    target = series.target
+    problems = verify_tree(tree, series)
     if problems:
         raise OverlayError(f"{problems[0]}; run `make trees` (fetch, apply, verify) first")
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         _run([sys.executable, "-m", "wheel", "unpack", "-d", tmp, str(wheel)], f"unpacking {wheel.name}")
         (unpacked,) = [p for p in Path(tmp).iterdir() if p.is_dir()]
-        _check_stock(target, unpacked, wheel.name)
-        for path, blob in final_blobs(target).items():
+        _check_stock(series, unpacked, wheel.name)
+        for path, blob in series.final_blobs().items():
             rel = wheel_path_of(target, path)
             if rel is None:
                 continue  # tests and tooling the patches add outside the package
@@ -113,7 +117,9 @@ def build_patched_wheel(target: Target, wheel: Path, tree: Path, out_dir: Path, 
             if blob is None:
                 dest.unlink(missing_ok=True)
                 continue
-            data = gitutil.git(tree, "cat-file", "blob", f"HEAD:{path}", input=b"").stdout
+            data = gitutil.cat_blob(tree, "HEAD", path)
+            if data is None:
+                raise OverlayError(f"{tree} lacks {path} at HEAD; run `make trees` (fetch, apply, verify) first")
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(data)
         # Zip timestamps from the tree's last commit (patch dates): the same pins give the same bytes.
@@ -126,12 +132,13 @@ def build_patched_wheel(target: Target, wheel: Path, tree: Path, out_dir: Path, 
     return made
 
 
-def build_from_checkout(checkout: Path, targets: list[Target], out_dir: Path) -> Path:
+def build_from_checkout(co: Checkout, out_dir: Path) -> Path:
     """Upstream's own build of python/ in a checkout whose overlay series is fully in."""
-    for target in targets:
+    checkout = co.path
+    for target in co.targets:
         if not target.layout:
             continue
-        pending = [r for r in series_status(checkout, target) if r.state not in (State.APPLIED, State.UPSTREAM)]
+        pending = [r for r in series_status(checkout, co.series[target.name]) if r.state not in IN]
         if pending:
             raise OverlayError(
                 f"{pending[0].patch.label} is {pending[0].state.value} in {checkout}; "

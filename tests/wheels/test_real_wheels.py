@@ -21,6 +21,7 @@ from conftest import check_record
 
 from sgl_overlay.gitutil import hash_bytes
 from sgl_overlay.manifest import load_manifest
+from sgl_overlay.patchfile import Series
 from sgl_overlay.wheels import patched_wheel_name, shipped_changes, wheel_for_python
 
 INSTALLED = REPO / "build" / "installed"
@@ -82,7 +83,7 @@ def test_only_patched_files_differ(target: str, wheel: str) -> None:
     (so every Python tag's wheel carries the same patched bytes)."""
     stock, patched = _dirs(wheel)
     s_files, p_files = _files(stock), _files(patched)
-    changes = shipped_changes(MANIFEST.get(target))
+    changes = shipped_changes(Series.read(MANIFEST.get(target)))
     assert changes, f"the {target} series changes no shipped file"
     added = {rel for rel, blob in changes.items() if rel not in s_files}
     assert set(p_files) - set(s_files) == added
@@ -141,7 +142,7 @@ def test_cp312_wheel_in_a_python_312_venv() -> None:
     info = _dist_info(site, "sglang")
     assert _wheel_tags(info) == ["cp312-cp312-manylinux_2_34_x86_64"]
     assert check_record(site, info) > 1000
-    for rel, blob in shipped_changes(target).items():
+    for rel, blob in shipped_changes(Series.read(target)).items():
         assert hash_bytes((site / rel).read_bytes()) == blob, rel
 
     # What a Python 3.12 user hit before: pip refuses the cp311 wheel there.
