@@ -9,10 +9,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from packaging.utils import parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import Version
 
 from sgl_overlay.errors import OverlayError
-from sgl_overlay.manifest import PinnedWheel, Target
+from sgl_overlay.manifest import Kind, PinnedWheel, Target
 
 
 def sha256_of(path: Path) -> str:
@@ -98,3 +99,35 @@ def fetch_wheel(target: Target, cache: Path, offline: bool = False, pin: PinnedW
 def fetch_wheels(target: Target, cache: Path, offline: bool = False) -> list[Path]:
     """Every pinned wheel of `target`, in manifest order (the first is the tree's)."""
     return [fetch_wheel(target, cache, offline, pin) for pin in target.wheels]
+
+
+def _cached_wheel(cache: Path, dist: str, version: str) -> Path | None:
+    if not cache.is_dir():
+        return None
+    found = []
+    for p in cache.glob("*.whl"):
+        try:
+            name, ver, _, _ = parse_wheel_filename(p.name)
+        except InvalidWheelFilename:  # foreign files in the cache are ignored
+            continue
+        if name == dist and ver == Version(version):
+            found.append(p)
+    if len(found) > 1:
+        raise OverlayError(f"several wheels of {dist} {version} in {cache}: {[p.name for p in found]}; keep one")
+    return found[0] if found else None
+
+
+def fetch_version_wheel(target: Target, version: str, cache: Path, offline: bool) -> tuple[Path, str]:
+    """The wheel of any released `version` (cache first, else pip with the pinned wheel's tags) and
+    its sha256; only the pinned version's sha256 is checked against the manifest."""
+    if target.kind == Kind.WHEEL and version == target.version:
+        return fetch_wheel(target, cache, offline), target.sha256
+    dist = target.dist_name
+    path = _cached_wheel(cache, dist, version)
+    if path is None:
+        if offline:
+            raise OverlayError(f"no wheel of {dist} {version} in {cache} and --offline was given")
+        requirement = f"{dist}=={version}"
+        print(f"fetch {target.name}: downloading {requirement}", flush=True)
+        path = download(requirement, target.wheel, cache)
+    return path, sha256_of(path)

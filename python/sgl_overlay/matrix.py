@@ -1,34 +1,6 @@
-"""Compatibility matrix: on which released upstream versions each patch applies, and works.
-
-For each target and each version of its range (`[targets.<t>.matrix] versions` in the
-manifest, or `--versions`), the version's wheel is downloaded with pip into the wheel
-cache (its sha256 is *recorded*, not pinned: only the pinned version's is checked) and
-laid out exactly like the pinned tree (`tree.lay_out` with a copy of the target for that
-version) under `build/matrix/<target>-<version>/`. The series (with the per-version
-variants of `[[targets.<t>.variants]]` substituted) is then classified there by
-`series.series_status` and refined into one outcome per patch x version:
-
-- ``exact``: applies, and every pre-existing file it touches is byte-identical to the pin;
-- ``offsets``: applies cleanly, but some touched file differs from the pin (hunks may move);
-- ``3way``: applies only through a 3-way merge against the pinned pre-image;
-- ``conflict``: does not apply, not even 3-way (the failing hunk is named);
-- ``absent``: a file the patch modifies does not exist in that version;
-- ``upstream``: the change is already there (the patch reverse-applies).
-
-3-way needs the blobs named by the patch's `index` lines, which a tree laid out from
-another version's wheel does not hold. Before classifying, the pinned pre-image blobs
-(read from the pinned version's own matrix tree) are written into each version tree's
-object store with `git hash-object -w`, and the series is replayed onto them in a
-throw-away index, which also stores every intermediate blob a later patch's `index` line
-names. Only objects are added: no commit, ref or file of that tree changes. This is what
-`git am -3` would find in a real clone of upstream's history, so "3way" here means what it
-means for a user of a checkout.
-
-Every version where some patch applies then gets the applicable patches committed with
-`git am -3`, and each applied patch's own tests (the test files it adds or changes under
-test/ or tests/) run with the target's venv and PYTHONPATH=<tree>/python. Outcomes go to
-`compat-matrix.md` and `compat-matrix.json` (written by `matrix_report`). Conflicts and failing tests are results, not
-errors; only a failure of the tool itself (a download, a layout) makes the run fail.
+"""Compatibility matrix: on which released upstream versions each patch applies, and whether
+its own tests pass there. The method (layout per version, seeded blobs for 3-way, variants,
+outcome classes) is described in docs/DESIGN.md; `matrix_report` writes the results.
 """
 
 from __future__ import annotations
@@ -37,16 +9,19 @@ import dataclasses
 import os
 import re
 import subprocess
+import tempfile
 import time
+from collections.abc import Callable
+from xml.etree import ElementTree
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from sgl_overlay import fetch, gitutil, operations, tree
 from sgl_overlay.errors import OverlayError, UsageError
+from sgl_overlay.subproc import failure_reason
 from sgl_overlay.manifest import Kind, Manifest, MatrixSpec, PinnedWheel, Target
 from sgl_overlay.patchfile import Patch, Series
 from sgl_overlay.series import ScratchIndex, State, series_status
@@ -141,42 +116,6 @@ def _version_key(v: str):
         return (0, Version(v))
     except InvalidVersion:
         return (1, v)
-
-
-# ----------------------------------------------------------------------------- wheels
-
-
-def _cached_wheel(cache: Path, dist: str, version: str) -> Path | None:
-    if not cache.is_dir():
-        return None
-    found = []
-    for p in cache.glob("*.whl"):
-        try:
-            name, ver, _, _ = parse_wheel_filename(p.name)
-        except Exception:  # noqa: BLE001 - foreign files in the cache are ignored
-            continue
-        if name == dist and ver == Version(version):
-            found.append(p)
-    if len(found) > 1:
-        raise OverlayError(f"several wheels of {dist} {version} in {cache}: {[p.name for p in found]}; "
-                           "keep one")
-    return found[0] if found else None
-
-
-def fetch_version_wheel(target: Target, version: str, cache: Path, offline: bool) -> tuple[Path, str]:
-    """The wheel of `version` (cache first, else pip with the pinned wheel's tags) and its sha256."""
-    if target.kind == Kind.WHEEL and version == target.version:
-        path = fetch.fetch_wheel(target, cache, offline)  # the pin: sha256 checked against the manifest
-        return path, target.sha256
-    dist = target.dist_name
-    path = _cached_wheel(cache, dist, version)
-    if path is None:
-        if offline:
-            raise OverlayError(f"no wheel of {dist} {version} in {cache} and --offline was given")
-        requirement = f"{dist}=={version}"
-        print(f"matrix {target.name}: downloading {requirement}", flush=True)
-        path = fetch.download(requirement, target.wheel, cache)
-    return path, fetch.sha256_of(path)
 
 
 # ----------------------------------------------------------------------------- trees
@@ -297,22 +236,33 @@ def patch_test_files(patch: Patch) -> list[str]:
     return [c.path for c in patch.changes if c.new_blob and _TEST_FILE.search(c.path)]
 
 
-def _pytest_reason(out: str) -> str:
-    lines = [l.strip() for l in out.splitlines() if l.strip()]
-    words = re.compile(r"\b(passed|failed|error|errors|skipped|no tests ran)\b")
-    summary = next((l for l in reversed(lines) if words.search(l)), "")
-    summary = re.sub(r"\s+in [0-9.]+s.*$", "", summary.strip("= ")).strip("= ")
-    first = next((l for l in lines if l.startswith(("FAILED ", "ERROR "))), "")
-    errs = [l[1:].strip() for l in lines if l.startswith("E ") and l[1:].strip()]
-    error = errs[0] if errs else ""
-    if error.endswith(":") and len(errs) > 1:  # the message continues on the next line
-        error = f"{error} {errs[1]}"
-    if error and " - " not in first:
-        first = f"{first} - {error}" if first else error
-    reason = summary
-    if first:
-        reason = f"{summary}; {first}" if summary else first
-    return reason[:300]
+def _junit_reason(xml: Path, tree: Path) -> str:
+    """'N passed, N failed, ...; FAILED case - first error line', from pytest's --junitxml report."""
+    try:
+        root = ElementTree.parse(xml).getroot()
+    except (OSError, ElementTree.ParseError):
+        return ""
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    if suite is None:
+        return ""
+    counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+    parts = [(passed, "passed"), (counts["failures"], "failed"), (counts["skipped"], "skipped"),
+             (counts["errors"], "error" if counts["errors"] == 1 else "errors")]
+    reason = ", ".join(f"{n} {what}" for n, what in parts if n)
+    for case in suite.iter("testcase"):
+        bad = case.find("failure")
+        if bad is None:
+            bad = case.find("error")
+        if bad is None:
+            continue
+        lines = [l[1:].strip() for l in (bad.text or "").splitlines() if l.startswith("E ")]
+        why = lines[0] if lines else (bad.get("message") or "").splitlines()[0]
+        name = "::".join(filter(None, (case.get("classname"), case.get("name"))))
+        kind = "FAILED" if bad.tag == "failure" else "ERROR"
+        reason += f"; {kind} {name} - {why}"
+        break
+    return reason.replace(str(tree), "<tree>")[:300]  # no machine paths in committed output
 
 
 def run_patch_tests(python: Path, vtree: Path, files: list[str], timeout: int = TEST_TIMEOUT_S,
@@ -322,13 +272,15 @@ def run_patch_tests(python: Path, vtree: Path, files: list[str], timeout: int = 
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(vtree / "python"), *map(str, extra_path or [])])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *pytest_args, *files]
-    try:
-        proc = subprocess.run(cmd, cwd=vtree, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return TestResult(Tests.ERROR, f"timed out after {timeout} s", files)
-    out = proc.stdout + proc.stderr
-    reason = _pytest_reason(out).replace(str(vtree), "<tree>")  # no machine paths in committed output
+    with tempfile.TemporaryDirectory(prefix="sgl-overlay-junit-") as tmp:
+        xml = Path(tmp) / "junit.xml"
+        cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+               f"--junitxml={xml}", *pytest_args, *files]
+        try:
+            proc = subprocess.run(cmd, cwd=vtree, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return TestResult(Tests.ERROR, f"timed out after {timeout} s", files)
+        reason = _junit_reason(xml, vtree) or failure_reason(proc)
     if proc.returncode == 0:
         only_skipped = "passed" not in reason and "skipped" in reason
         return TestResult(Tests.SKIP if only_skipped else Tests.PASS, reason, files)
@@ -388,100 +340,128 @@ def _series_for(target: Target, spec: MatrixSpec, version: str) -> tuple[tuple[s
     return tuple(files), stands_for
 
 
-def run_target(target: Target, spec: MatrixSpec, opts: Options, log=print) -> TargetRun:
-    wheel_kind = target.kind == Kind.WHEEL
+def _new_run(target: Target, spec: MatrixSpec) -> TargetRun:
     run = TargetRun(
         target=target.name,
-        pinned=target.version if wheel_kind else target.commit,
-        source="registry" if wheel_kind else "pinned commit only",
+        pinned=target.pinned,
+        source="registry" if target.kind == Kind.WHEEL else "pinned commit only",
         patches=list(target.patches),
         variants=[dataclasses.asdict(v) for v in spec.variants],
     )
-    if not wheel_kind:
-        run.note = (f"{target.name} has no registry source (no wheel or sdist of this tree is published): "
-                    f"its row covers the pinned commit {target.commit[:12]} only, rebuilt from the "
-                    "full-context patches.")
+    notes = []
+    if target.kind != Kind.WHEEL:
+        notes.append(f"{target.name} has no registry source (no wheel or sdist of this tree is published): "
+                     f"its row covers the pinned commit {target.pinned} only, rebuilt from the "
+                     "full-context patches.")
     if not target.patches:
-        run.note = (run.note + " " if run.note else "") + (
-            f"No patches are listed for {target.name} in patches/manifest.toml at the time of this run; "
-            "the versions were fetched and laid out, nothing was classified.")
-    versions = sorted(dict.fromkeys(spec.versions), key=_version_key) if wheel_kind else [run.pinned[:12]]
-    python = _python_for(target, spec, opts)
-    extra_path = [_repo_path(p, opts) for p in spec.pythonpath]
-    run.tests_env = _tests_env(python, spec, opts) if spec.run_tests else ""
+        notes.append(f"No patches are listed for {target.name} in patches/manifest.toml at the time of this run; "
+                     "the versions were fetched and laid out, nothing was classified.")
+    run.note = " ".join(notes)
+    return run
 
-    # The pinned tree first: its blobs seed every other version's 3-way merges.
-    def tree_for(version: str) -> tuple[Path, Series, VersionRun, dict[str, str]]:
-        vr = VersionRun(version=version)
-        files, stands_for = _series_for(target, spec, version)
-        if wheel_kind:
-            wheel, sha = fetch_version_wheel(target, version, opts.cache, opts.offline)
-            vr.wheel, vr.sha256 = wheel.name, sha
+
+@dataclass
+class _VersionTree:
+    path: Path
+    series: Series  # the series at this version, variants substituted
+    stands_for: dict[str, str]  # patch file -> the series patch it stands for
+    run: VersionRun
+
+
+def _version_tree(target: Target, spec: MatrixSpec, version: str, opts: Options, log) -> _VersionTree:
+    """Fetch and lay out one version (reused when the same wheel made it)."""
+    vr = VersionRun(version=version)
+    files, stands_for = _series_for(target, spec, version)
+    wheel, sha = None, ""
+    if target.kind == Kind.WHEEL:
+        wheel, sha = fetch.fetch_version_wheel(target, version, opts.cache, opts.offline)
+        vr.wheel, vr.sha256 = wheel.name, sha
+    series = Series.read(_version_target(target, version, wheel, sha, files))
+    dest = opts.build / f"{target.name}-{version}"
+    t0 = time.monotonic()
+    line = prepare_tree(series, dest, wheel, sha, pinned=version == target.pinned)
+    log(f"matrix {target.name} {version}: {line} ({time.monotonic() - t0:.1f} s)")
+    return _VersionTree(dest, series, stands_for, vr)
+
+
+def run_version(vt: _VersionTree, pinned_tree: Path, spec: MatrixSpec, tests: _TestRunner) -> None:
+    """Classify every patch on one version, commit the applicable ones, run their tests."""
+    seed_pinned_objects(vt.path, pinned_tree, list(vt.series.patches))
+    rows = classify(vt.path, vt.series)
+    applied: list[tuple[Patch, Cell]] = []
+    for patch, cell in rows:
+        rel = str(patch.path.relative_to(vt.series.target.patch_dir))
+        cell.patch_file, cell.variant = rel, rel != vt.stands_for[rel]
+        if cell.variant and cell.outcome == Outcome.EXACT:
+            cell.detail = "the variant's pre-image blob ids are this version's files"
+        vt.run.cells[vt.stands_for[rel]] = cell
+        if not cell.outcome.applies:
+            cell.tests = TestResult(Tests.NA, "")
+        elif why := apply_and_commit(vt.path, patch):
+            cell.tests = TestResult(Tests.NOT_RUN, f"git am -3 failed: {why}")
         else:
-            wheel, sha = None, ""
-        vs = Series.read(_version_target(target, version, wheel, sha, files))
-        dest = opts.build / f"{target.name}-{version}"
-        t0 = time.monotonic()
-        line = prepare_tree(vs, dest, wheel, sha, pinned=version == pinned_version)
-        log(f"matrix {target.name} {version}: {line} ({time.monotonic() - t0:.1f} s)")
-        return dest, vs, vr, stands_for
+            applied.append((patch, cell))
+    # A fix already upstream: its tests still say whether upstream's version of it works.
+    # Only the patch's new test files are written (work tree, no commit).
+    for patch, cell in rows:
+        if cell.outcome == Outcome.UPSTREAM and patch_test_files(patch):
+            new = [f"--include={f}" for f in patch_test_files(patch)
+                   if gitutil.blob_at(vt.path, "HEAD", f) is None]
+            if new and gitutil.git(vt.path, "apply", *new, str(patch.path), check=False).returncode == 0:
+                applied.append((patch, cell))
+    for patch, cell in applied:
+        cell.tests = tests.run(vt, patch)
 
-    pinned_version = target.version if wheel_kind else run.pinned[:12]
-    try:
-        pinned_tree, *_ = tree_for(pinned_version)
+
+@dataclass
+class _TestRunner:
+    """How a target's patch tests run: interpreter, extra PYTHONPATH, pytest options, or why not."""
+
+    python: Path
+    extra_path: list[Path]
+    pytest_args: tuple[str, ...]
+    skip_reason: str  # non-empty: tests are not run
+    log: Callable[[str], None]
+
+    def run(self, vt: _VersionTree, patch: Patch) -> TestResult:
+        files = patch_test_files(patch)
+        if self.skip_reason:
+            return TestResult(Tests.NOT_RUN, self.skip_reason, files)
+        if files and not self.python.exists():
+            return TestResult(Tests.NOT_RUN, f"no venv: {self.python} is missing (scripts/setup_venvs.sh)", files)
+        t0 = time.monotonic()
+        result = run_patch_tests(self.python, vt.path, files, extra_path=self.extra_path,
+                                 pytest_args=self.pytest_args)
+        self.log(f"matrix {vt.series.target.name} {vt.run.version}: {patch.label} tests {result.result} "
+                 f"({time.monotonic() - t0:.1f} s)")
+        return result
+
+
+def run_target(target: Target, spec: MatrixSpec, opts: Options, log=print) -> TargetRun:
+    run = _new_run(target, spec)
+    versions = sorted(dict.fromkeys(spec.versions), key=_version_key) if target.kind == Kind.WHEEL \
+        else [target.pinned]
+    python = _python_for(target, spec, opts)
+    run.tests_env = _tests_env(python, spec, opts) if spec.run_tests else ""
+    skip = "" if opts.run_tests and spec.run_tests else (spec.no_tests_reason or "--no-tests")
+    tests = _TestRunner(python, [_repo_path(p, opts) for p in spec.pythonpath], spec.pytest_args, skip, log)
+    try:  # the pinned tree first: its blobs seed every other version's 3-way merges
+        pinned_tree = _version_tree(target, spec, target.pinned, opts, log).path
     except OverlayError as exc:  # nothing can be compared without the pin
         run.versions = [VersionRun(version=v, error=f"pinned tree: {exc}") for v in versions]
         log(f"matrix {target.name}: error: {exc}")
         return run
     for version in versions:
         try:
-            vtree, vs, vr, stands_for = tree_for(version)
+            vt = _version_tree(target, spec, version, opts, log)
         except OverlayError as exc:  # recorded; the run goes on and fails at the end
             run.versions.append(VersionRun(version=version, error=str(exc)))
             log(f"matrix {target.name} {version}: error: {exc}")
             continue
-        run.versions.append(vr)
-        if not target.patches:
-            continue
-        seed_pinned_objects(vtree, pinned_tree, list(vs.patches))
-        rows = classify(vtree, vs)
-        applied: list[tuple[Patch, Cell]] = []
-        for patch, cell in rows:
-            rel = str(patch.path.relative_to(target.patch_dir))
-            cell.patch_file, cell.variant = rel, rel != stands_for[rel]
-            if cell.variant and cell.outcome == Outcome.EXACT:
-                cell.detail = "the variant's pre-image blob ids are this version's files"
-            vr.cells[stands_for[rel]] = cell
-            if cell.outcome.applies:
-                why = apply_and_commit(vtree, patch)
-                if why:
-                    cell.tests = TestResult(Tests.NOT_RUN, f"git am -3 failed: {why}")
-                else:
-                    applied.append((patch, cell))
-            else:
-                cell.tests = TestResult(Tests.NA, "")
-        # A fix already upstream: its tests still say whether upstream's version of it works.
-        # Only the patch's new test files are written (work tree, no commit).
-        for patch, cell in rows:
-            if cell.outcome == Outcome.UPSTREAM and patch_test_files(patch):
-                new = [f"--include={f}" for f in patch_test_files(patch)
-                       if gitutil.blob_at(vtree, "HEAD", f) is None]
-                if new and gitutil.git(vtree, "apply", *new, str(patch.path), check=False).returncode == 0:
-                    applied.append((patch, cell))
-        for patch, cell in applied:
-            files = patch_test_files(patch)
-            if not (opts.run_tests and spec.run_tests):
-                why = spec.no_tests_reason or "--no-tests"
-                cell.tests = TestResult(Tests.NOT_RUN, why, files)
-            elif files and not python.exists():
-                cell.tests = TestResult(Tests.NOT_RUN, f"no venv: {python} is missing (scripts/setup_venvs.sh)", files)
-            else:
-                t0 = time.monotonic()
-                cell.tests = run_patch_tests(python, vtree, files, extra_path=extra_path,
-                                             pytest_args=spec.pytest_args)
-                log(f"matrix {target.name} {version}: {patch.label} tests {cell.tests.result} "
-                    f"({time.monotonic() - t0:.1f} s)")
-        log(f"matrix {target.name} {version}: " + ", ".join(f"{k}={c.outcome}" for k, c in vr.cells.items()))
+        run.versions.append(vt.run)
+        if target.patches:
+            run_version(vt, pinned_tree, spec, tests)
+            log(f"matrix {target.name} {version}: " + ", ".join(f"{k}={c.outcome}" for k, c in vt.run.cells.items()))
     return run
 
 
