@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import Version
 
-from sgl_overlay import gitutil
-from sgl_overlay.errors import OverlayError
+from sgl_overlay import gitutil, subproc
 from sgl_overlay.manifest import Kind, Manifest
 from sgl_overlay.patchfile import Series
 from sgl_overlay.wheels import patched_wheel_name, python_tags, shipped_changes, wheel_for_python, wheel_path_of
@@ -61,12 +59,10 @@ class Finding:
 
 def probe(python: str, dists: list[str], live: bool, site: Path | None = None) -> dict:
     names = [*dists, *KERNEL_DISTS, EXT_DIST] + (["--live"] if live else [])
-    env = dict(os.environ)
+    env = {}
     if site is not None:  # an install made with `pip install --target DIR`
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH", "")]))
-    proc = subprocess.run([python, "-c", _PROBE, *names], capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        raise OverlayError(f"could not inspect {python}: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH", "")]))
+    proc = subproc.run([python, "-c", _PROBE, *names], f"inspecting {python}", env=env)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 

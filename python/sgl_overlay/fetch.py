@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
+from sgl_overlay import subproc
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.manifest import Kind, PinnedWheel, Target
 
@@ -52,12 +52,11 @@ def download(requirement: str, tags_like: str, cache: Path) -> Path:
             sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
             "--progress-bar", "off", "-d", tmp, *pip_tag_args(tags_like), requirement,
         ]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subproc.run(cmd, "pip download", check=False)
         got = list(Path(tmp).glob("*.whl"))
         if proc.returncode != 0 or len(got) != 1:
-            last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
             raise OverlayError(
-                f"pip could not download {requirement}: {last[0]}; "
+                f"pip could not download {requirement}: {subproc.failure_reason(proc)}; "
                 "check the network, or put the wheel into the cache folder by hand"
             )
         dest = cache / got[0].name

@@ -9,7 +9,7 @@ from pathlib import Path
 import unidiff
 from unidiff.constants import LINE_TYPE_CONTEXT, LINE_TYPE_NO_NEWLINE, LINE_TYPE_REMOVED
 
-from sgl_overlay import gitutil
+from sgl_overlay import gitutil, subproc
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.manifest import Target
 
@@ -68,7 +68,7 @@ def read_patch(path: Path) -> Patch:
     # git's own parser must accept it too: it is what `git am` will run.
     check = gitutil.git(None, "apply", "--numstat", str(path), check=False)
     if check.returncode != 0:
-        reason = (check.stderr.strip().splitlines() or ["git apply rejects it"])[0].removeprefix("error: ")
+        reason = subproc.failure_reason(check).removeprefix("error: ")
         raise OverlayError(f"corrupt patch file {path} ({reason}); restore it with `git checkout -- {path}`")
     subject = _subject(path, raw)
     if not subject or len(patchset) == 0:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -12,7 +11,7 @@ from packaging import tags
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
-from sgl_overlay import gitutil
+from sgl_overlay import gitutil, subproc
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.checkout import Checkout
 from sgl_overlay.manifest import PinnedWheel, Target
@@ -66,13 +65,6 @@ def shipped_changes(series: Series) -> dict[str, str | None]:
     return result
 
 
-def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise OverlayError(f"{what} failed: {last[0]}")
-
-
 def _check_stock(series: Series, unpacked: Path, wheel_name: str) -> None:
     """Every file the series touches holds its pinned pre-image in this wheel (or is absent where
     a patch adds it), so the tree's post-images are valid for it too."""
@@ -106,7 +98,7 @@ def build_patched_wheel(series: Series, wheel: Path, tree: Path, out_dir: Path, 
         raise OverlayError(f"{problems[0]}; run `make trees` (fetch, apply, verify) first")
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        _run([sys.executable, "-m", "wheel", "unpack", "-d", tmp, str(wheel)], f"unpacking {wheel.name}")
+        subproc.run([sys.executable, "-m", "wheel", "unpack", "-d", tmp, str(wheel)], f"unpacking {wheel.name}")
         (unpacked,) = [p for p in Path(tmp).iterdir() if p.is_dir()]
         _check_stock(series, unpacked, wheel.name)
         for path, blob in series.final_blobs().items():
@@ -124,8 +116,8 @@ def build_patched_wheel(series: Series, wheel: Path, tree: Path, out_dir: Path, 
             dest.write_bytes(data)
         # Zip timestamps from the tree's last commit (patch dates): the same pins give the same bytes.
         epoch = os.environ.get("SOURCE_DATE_EPOCH") or gitutil.out(tree, "log", "-1", "--format=%at", "HEAD")
-        _run([sys.executable, "-m", "wheel", "pack", "-d", str(out_dir), "--local-version", local_version,
-              str(unpacked)], f"packing the patched {wheel.name}", env={**os.environ, "SOURCE_DATE_EPOCH": epoch})
+        subproc.run([sys.executable, "-m", "wheel", "pack", "-d", str(out_dir), "--local-version", local_version,
+              str(unpacked)], f"packing the patched {wheel.name}", env={"SOURCE_DATE_EPOCH": epoch})
     made = out_dir / patched_wheel_name(wheel.name, local_version)
     if not made.is_file():
         raise OverlayError(f"`wheel pack` did not write {made}; is the wheel package >= 0.46 installed?")
@@ -146,7 +138,7 @@ def build_from_checkout(co: Checkout, out_dir: Path) -> Path:
             )
     out_dir.mkdir(parents=True, exist_ok=True)
     before = set(out_dir.glob("*.whl"))
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out_dir), str(checkout / "python")],
+    subproc.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out_dir), str(checkout / "python")],
          f"building {checkout / 'python'} with upstream's build")
     made = sorted(set(out_dir.glob("*.whl")) - before)
     if not made:
