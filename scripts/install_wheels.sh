@@ -10,36 +10,26 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
+TOOL=.venv/bin/sgl-overlay
 PIP_FLAGS=(-q --disable-pip-version-check --no-input --progress-bar off)
 rm -rf build/installed
-$PY - <<'PYEOF'
-import json
-import subprocess
-import sys
-from pathlib import Path
+mkdir -p build/installed
 
-from packaging.utils import parse_wheel_filename
-
-from sgl_overlay.fetch import pip_tag_args
-from sgl_overlay.manifest import load_manifest
-from sgl_overlay.wheels import patched_wheel_name
-
-m = load_manifest()
-index = []
-for target in m.targets.values():
-    for i, pin in enumerate(target.wheels):
-        tag = "-".join(sorted({t.interpreter for t in parse_wheel_filename(pin.file)[3]}))
-        entry = {"target": target.name, "python_tag": tag}
-        for kind, wheel in (("stock", Path(".cache/wheels") / pin.file),
-                            ("patched", Path("dist") / patched_wheel_name(pin.file, m.local_version))):
-            dest = Path("build/installed") / (f"{kind}-{target.name}" + (f"-{tag}" if i else ""))
-            subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
-                            "--no-compile", "--target", str(dest), *pip_tag_args(pin.file), str(wheel)], check=True)
-            entry |= {kind: wheel.name, f"{kind}_dir": str(dest)}
-        index.append(entry)
-        print(f"installed {entry['stock']} and {entry['patched']} under {entry['stock_dir']}, {entry['patched_dir']}")
-Path("build/installed/index.json").write_text(json.dumps(index, indent=1) + "\n")
-PYEOF
+names=$($TOOL wheels --print-names --out dist)  # target, python tag, stock wheel, patched wheel, pip tag options
+entries=()
+previous=""
+while read -r -a f; do
+  target=${f[0]} tag=${f[1]}
+  suffix=""
+  [[ $target == "$previous" ]] && suffix="-$tag"  # the first pinned wheel of a target has no suffix
+  previous=$target
+  stock_dir=build/installed/stock-$target$suffix patched_dir=build/installed/patched-$target$suffix
+  $PY -m pip install "${PIP_FLAGS[@]}" --no-deps --no-compile --target "$stock_dir" "${f[@]:4}" "${f[2]}"
+  $PY -m pip install "${PIP_FLAGS[@]}" --no-deps --no-compile --target "$patched_dir" "${f[@]:4}" "${f[3]}"
+  entries+=("{\"target\": \"$target\", \"python_tag\": \"$tag\", \"stock\": \"$(basename "${f[2]}")\", \"stock_dir\": \"$stock_dir\", \"patched\": \"$(basename "${f[3]}")\", \"patched_dir\": \"$patched_dir\"}")
+  echo "installed $(basename "${f[2]}") and $(basename "${f[3]}") under $stock_dir, $patched_dir"
+done <<< "$names"
+(IFS=,; echo "[${entries[*]}]") > build/installed/index.json
 
 # A Python 3.12: $PYTHON312, python3.12 on PATH, or pyenv's (this machine image has 3.12.1 there).
 py312=""
@@ -50,11 +40,9 @@ if [[ -z $py312 ]]; then
   echo "install_wheels.sh: no Python 3.12 found; install one (pyenv install 3.12) or set PYTHON312=/path/to/python3.12" >&2
   exit 1
 fi
-wheel312=$($PY -c 'import sys; from sgl_overlay.manifest import load_manifest; from sgl_overlay.wheels import patched_wheel_name, wheel_for_python
-m = load_manifest(); pin = wheel_for_python(m.get("sglang"), (3, 12))
-print(f"dist/{patched_wheel_name(pin.file, m.local_version)}" if pin else sys.exit("no sglang wheel for Python 3.12 is pinned"))')
+read -r -a f <<< "$($TOOL wheels --print-names --out dist -t sglang --for-python 3.12)"
 VENV=build/installed/venv-cp312
 "$py312" -m venv "$VENV"
-"$VENV/bin/python" -m pip install "${PIP_FLAGS[@]}" -e ./python 2>&1 | { grep -v "^WARNING: Location 'file://" || true; } >&2
-"$VENV/bin/python" -m pip install "${PIP_FLAGS[@]}" --no-deps "$wheel312"
-echo "installed $(basename "$wheel312") and sgl-overlay into $VENV ($("$VENV/bin/python" --version))"
+"$VENV/bin/python" -m pip install "${PIP_FLAGS[@]}" -e ./python
+"$VENV/bin/python" -m pip install "${PIP_FLAGS[@]}" --no-deps "${f[3]}"
+echo "installed $(basename "${f[3]}") and sgl-overlay into $VENV ($("$VENV/bin/python" --version))"

@@ -7,8 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 PIP_FLAGS=(--disable-pip-version-check --no-input --progress-bar off)
-# This machine's pip.conf lists local mirrors that lack most packages: drop that noise.
-exec 2> >(grep --line-buffered -v "^WARNING: Location 'file://" >&2)
 
 stamp_of() { cat "$@" 2>/dev/null | sha256sum | cut -d' ' -f1; }
 

@@ -11,15 +11,11 @@ rm -rf "$VENV"
 python3 -m venv "$VENV"
 t0=$SECONDS
 # The patched wheel for the venv's Python (the twin of the pinned wheel pip would pick) and its version.
-read -r wheel version < <(.venv/bin/python - "$("$VENV/bin/python" -c 'import sys; print(*sys.version_info[:2])')" <<'PYEOF'
-import sys
-from sgl_overlay.manifest import load_manifest
-from sgl_overlay.wheels import patched_wheel_name, wheel_for_python
-m = load_manifest(); t = m.get("sglang"); pin = wheel_for_python(t, tuple(map(int, sys.argv[1].split())))
-print(f"dist/{patched_wheel_name(pin.file, m.local_version)}", f"{t.version}+{m.local_version}")
-PYEOF
-)
-"$VENV/bin/python" "${PIP[@]}" "$wheel" 2>&1 | grep -v "^WARNING: Location" || true
+python=$("$VENV/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+read -r -a f <<< "$(.venv/bin/sgl-overlay wheels --print-names --out dist -t sglang --for-python "$python")"
+wheel=${f[3]}
+version=$(basename "$wheel" | cut -d- -f2)
+"$VENV/bin/python" "${PIP[@]}" "$wheel"
 "$VENV/bin/python" "${PIP[@]}" --no-deps dist/sgl_kernel_ext-*.whl
 echo "full install: $((SECONDS - t0)) s, $(du -sh "$VENV" | cut -f1)"
 "$VENV/bin/python" -m pip show sglang | grep -x "Version: $version"

@@ -138,6 +138,12 @@ def cmd_export(args: argparse.Namespace, ctx: Context) -> int:
 
 def cmd_wheels(args: argparse.Namespace, ctx: Context) -> int:
     out_dir = args.out.resolve()
+    if args.print_names:
+        python = tuple(int(p) for p in args.for_python.split(".")) if args.for_python else None
+        lines = wheels.print_names(ctx.manifest.select(args.target), ctx.cache, out_dir,
+                                   ctx.manifest.local_version, python)
+        print("\n".join(lines))
+        return 0
     if args.checkout is not None:
         print(f"built {wheels.build_from_checkout(detect(args.checkout, ctx.manifest, args.target), out_dir)}")
         return 0
@@ -177,6 +183,13 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # usage errors exit 2 with one line + hint
         self.print_usage(sys.stderr)
         raise UsageError(f"{message}; see `{self.prog} --help`")
+
+
+def _python_version(text: str) -> str:
+    parts = text.split(".")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Python version like 3.12")
+    return text
 
 
 def _command(sub, name: str, func: Callable[[argparse.Namespace, Context], int], help: str, description: str,
@@ -246,6 +259,11 @@ def build_parser() -> argparse.ArgumentParser:
                  "version label). With --checkout: upstream's own build of the checkout's python/, once the "
                  "series is in.", checkout=True)
     p.add_argument("--out", type=Path, default=Path("dist"), help="output folder (default: dist)")
+    p.add_argument("--print-names", action="store_true",
+                   help="build nothing; print one line per pinned wheel: target, Python tag, stock wheel, "
+                        "patched wheel, pip options that install it with its own tags")
+    p.add_argument("--for-python", metavar="X.Y", type=_python_version,
+                   help="with --print-names: only the wheel pip picks for this Python")
 
     p = _command(sub, "doctor", cmd_doctor, "check which fixes an environment has (exit 1 when one is missing)",
                  "Check an installed environment: each patch's files against its post-image blobs, "

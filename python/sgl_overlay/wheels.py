@@ -14,7 +14,8 @@ from packaging.version import Version
 from sgl_overlay import gitutil, subproc
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.checkout import Checkout
-from sgl_overlay.manifest import PinnedWheel, Target
+from sgl_overlay.fetch import pip_tag_args
+from sgl_overlay.manifest import Kind, PinnedWheel, Target
 from sgl_overlay.patchfile import Series
 from sgl_overlay.series import IN, series_status
 from sgl_overlay.verify import verify_tree
@@ -53,6 +54,28 @@ def wheel_for_python(target: Target, python: tuple[int, int]) -> PinnedWheel | N
 def python_tags(target: Target) -> list[str]:
     """The interpreter tags of the pinned wheels, e.g. ['cp311', 'cp312', 'cp313']."""
     return sorted({t.interpreter for pin in target.wheels for t in parse_wheel_filename(pin.file)[3]})
+
+
+def print_names(targets: list[Target], cache: Path, out_dir: Path, local_version: str,
+                python: tuple[int, int] | None = None) -> list[str]:
+    """For scripts, one line per pinned wheel (with `python`, only the one pip picks for it): target,
+    Python tag, stock wheel, patched wheel, and the pip options that install it with its own tags."""
+    lines = []
+    for target in targets:
+        if target.kind != Kind.WHEEL:
+            continue
+        pins = target.wheels
+        if python is not None:
+            pin = wheel_for_python(target, python)
+            if pin is None:
+                raise OverlayError(f"no pinned {target.name} wheel fits Python {python[0]}.{python[1]}; "
+                                   f"the pins cover {', '.join(python_tags(target))}")
+            pins = (pin,)
+        for pin in pins:
+            tag = "-".join(sorted({t.interpreter for t in parse_wheel_filename(pin.file)[3]}))
+            patched = out_dir / patched_wheel_name(pin.file, local_version)
+            lines.append(" ".join([target.name, tag, str(cache / pin.file), str(patched), *pip_tag_args(pin.file)]))
+    return lines
 
 
 def shipped_changes(series: Series) -> dict[str, str | None]:

@@ -180,3 +180,23 @@ def test_bad_manifest(tmp_path: Path, edit, message: str) -> None:
     err = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(err) == 1, proc.stderr
     assert re.search(message, err[0]), err[0]
+
+
+def test_print_names_lists_each_pinned_wheel_and_its_twin(tmp_path: Path) -> None:
+    ov = make_overlay(tmp_path)
+    stock = pin_wheels(ov, tmp_path / "cache", {f"sglang-1.0-{tag}-none-any.whl": {"sglang/model.py": MODEL_PY}
+                                                for tag in (NATIVE, OTHER)})
+    base = ["--patches", str(ov.patches), "--cache", str(tmp_path / "cache"), "wheels", "--print-names",
+            "--out", str(tmp_path / "dist")]
+    proc = cli(*base)
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()]
+    assert [r[:4] for r in rows] == [
+        ["sglang", tag, str(s), str(tmp_path / "dist" / patched_wheel_name(s.name, "overlay.1"))]
+        for tag, s in zip((NATIVE, OTHER), stock)]
+    assert rows[1][4:] == ["--only-binary=:all:", "--platform", "any", "--abi", "none", "--implementation", "cp",
+                           "--python-version", "39"]
+    (only,) = cli(*base, "--for-python", "3.9").stdout.splitlines()
+    assert only.split()[:2] == ["sglang", OTHER]
+    none = cli(*base, "--for-python", "3.10")
+    assert none.returncode == 1 and "no pinned sglang wheel fits Python 3.10" in none.stderr
