@@ -74,9 +74,6 @@ class Overlay:
     upstream: Path
     series: list[Path]
 
-    def manifest_text(self, extra: str = "") -> str:
-        return (self.patches / "manifest.toml").read_text() + extra
-
 
 def make_overlay(tmp: Path, target: str = "sglang") -> Overlay:
     """Author two patches in a scratch clone, as a maintainer would, and pin them."""
@@ -214,7 +211,8 @@ def add_kernel_target(ov: Overlay, tmp: Path, upstream: str) -> Path:
     out.mkdir()
     git(work, "format-patch", "-q", "--full-index", "-U100000", "-o", str(out), "HEAD~1..HEAD")
     patch = next(out.glob("*.patch"))
-    (ov.patches / "manifest.toml").write_text(ov.manifest_text(
+    manifest = ov.patches / "manifest.toml"
+    manifest.write_text(manifest.read_text() + (
         f'\n[targets.sgl-kernel]\nkind = "patch-context"\nversion = "abc"\nupstream = "{upstream}"\n'
         f'commit = "abc"\ncontext = "full"\nmarker = "{KERNEL}"\npatches = ["{patch.name}"]\n\n'
         f'[targets.sgl-kernel.preimages]\n"{KERNEL}" = "{blob(KERNEL_CU)}"\n"{KERNEL_TEST}" = "{blob(KERNEL_TEST_PY)}"\n'

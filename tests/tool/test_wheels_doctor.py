@@ -11,7 +11,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import check_record
+from helpers import check_record
 from synth import HOOK_PY, MODEL_PY, cli, clone, git, make_overlay, pin_wheel, pin_wheels
 from wheel.wheelfile import WheelFile
 
@@ -157,20 +157,30 @@ def test_twin_wheel_with_another_preimage_is_refused(tmp_path: Path) -> None:
     assert not list((tmp_path / "dist").glob(f"*-{OTHER}-*.whl"))
 
 
-@pytest.mark.parametrize("edit,message", [
-    (lambda t: t.replace("wheels = [", 'wheel = "sglang-1.0-py3-none-any.whl"\nwheels = ['),
-     r"target 'sglang' has both `wheel` and `wheels`; keep one"),
-    (lambda t: re.sub(r', sha256 = "[0-9a-f]+"', "", t, count=1), r"a wheel of target 'sglang' lacks key 'sha256'"),
-    (lambda t: t.replace("sglang-1.0-cp39", "sglang-1.1-cp39"),
-     r"target 'sglang' is version 1\.0, its wheel sglang-1\.1-cp39-none-any\.whl is 1\.1; pin the wheel of version 1\.0"),
-    (lambda t: re.sub(r"wheels = \[.*\]", "wheels = []", t), r"target 'sglang' is of kind wheel but pins none"),
-    (lambda t: t.replace("sglang-1.0-cp39-none-any.whl", "sglang-1.0.whl"), r"target 'sglang': Invalid wheel filename"),
-    (lambda t: t.replace('kind = "wheel"', 'kind = "sdist"'),
-     r"target 'sglang' has unknown kind 'sdist'; use one of wheel, patch-context"),
-    (lambda t: t.replace("schema = 1\n", ""), r"manifest\.toml lacks `schema = 1`; add that line at its top"),
-    (lambda t: t.replace("schema = 1\n", "schema = 2\n"), r"manifest\.toml is schema 2, this sgl-overlay reads schema 1"),
-])
-def test_bad_manifest(tmp_path: Path, edit, message: str) -> None:
+# A manifest edit -> the one error line it must give (name: what is wrong).
+BAD_MANIFESTS = {
+    "wheel and wheels": (lambda t: t.replace("wheels = [", 'wheel = "sglang-1.0-py3-none-any.whl"\nwheels = ['),
+                         r"target 'sglang' has both `wheel` and `wheels`; keep one"),
+    "wheel without sha256": (lambda t: re.sub(r', sha256 = "[0-9a-f]+"', "", t, count=1),
+                             r"a wheel of target 'sglang' lacks key 'sha256'"),
+    "wheel of another version": (lambda t: t.replace("sglang-1.0-cp39", "sglang-1.1-cp39"),
+                                 r"target 'sglang' is version 1\.0, its wheel sglang-1\.1-cp39-none-any\.whl is 1\.1; "
+                                 r"pin the wheel of version 1\.0"),
+    "no wheel": (lambda t: re.sub(r"wheels = \[.*\]", "wheels = []", t),
+                 r"target 'sglang' is of kind wheel but pins none"),
+    "invalid wheel file name": (lambda t: t.replace("sglang-1.0-cp39-none-any.whl", "sglang-1.0.whl"),
+                                r"target 'sglang': Invalid wheel filename"),
+    "unknown kind": (lambda t: t.replace('kind = "wheel"', 'kind = "sdist"'),
+                     r"target 'sglang' has unknown kind 'sdist'; use one of wheel, patch-context"),
+    "no schema": (lambda t: t.replace("schema = 1\n", ""), r"manifest\.toml lacks `schema = 1`; add that line at its top"),
+    "other schema": (lambda t: t.replace("schema = 1\n", "schema = 2\n"),
+                     r"manifest\.toml is schema 2, this sgl-overlay reads schema 1"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_MANIFESTS))
+def test_bad_manifest(tmp_path: Path, name: str) -> None:
+    edit, message = BAD_MANIFESTS[name]
     ov = make_overlay(tmp_path)
     pin_wheels(ov, tmp_path / "cache", {f"sglang-1.0-{tag}-none-any.whl": {"sglang/model.py": MODEL_PY}
                                         for tag in (NATIVE, OTHER)})

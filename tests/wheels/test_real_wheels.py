@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT as REPO
-from conftest import check_record
+from helpers import REPO_ROOT as REPO
+from helpers import check_record
 
 from sgl_overlay.gitutil import hash_bytes
 from sgl_overlay.manifest import load_manifest

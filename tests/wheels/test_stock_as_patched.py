@@ -11,7 +11,8 @@ from xml.etree import ElementTree
 
 import pytest
 
-from conftest import REPO_ROOT as REPO
+from helpers import REPO_ROOT as REPO
+from helpers import env_key
 
 SUITES = {"sglang": "tests/sglang", "sglang-kt": "tests/sglang_kt"}  # target -> suite (run with .venvs/<target>)
 
@@ -22,7 +23,7 @@ def test_stock_wheel_in_the_patched_role_fails_on_an_assertion(target: str, tmp_
     if not stock.is_dir():
         pytest.fail(f"{stock} missing: run `make test-wheels` (scripts/install_wheels.sh installs it)")
     xml = tmp_path / "junit.xml"
-    env = {**os.environ, f"SGL_OVERLAY_PATCHED_ROOT_{target.upper().replace('-', '_')}": str(stock)}
+    env = {**os.environ, env_key("PATCHED", target): str(stock)}
     proc = subprocess.run(
         [REPO / ".venvs" / target / "bin" / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
          f"--junitxml={xml}", SUITES[target]],
