@@ -126,7 +126,7 @@ def test_full_context_target_rebuilt_without_network(tmp_path: Path) -> None:
     assert (tree / "sgl-kernel/csrc/copy.cu").read_text() == files["sgl-kernel/csrc/copy.cu"]
     _run(*base, "apply")
     assert "verified sgl-kernel" in _run(*base, "verify")
-    # A hand-edited patch can no longer prove its pre-image: fetch refuses, nothing is laid out.
+    # A hand-edited patch cannot prove its pre-image: fetch refuses, nothing is laid out.
     patch = out / name
     patch.write_text(patch.read_text().replace(" int a;", " int A;"))
     before = snapshot(tmp_path / "trees2")

@@ -145,7 +145,7 @@ def test_cp312_wheel_in_a_python_312_venv() -> None:
     for rel, blob in shipped_changes(Series.read(target)).items():
         assert hash_bytes((site / rel).read_bytes()) == blob, rel
 
-    # What a Python 3.12 user hit before: pip refuses the cp311 wheel there.
+    # Why the cp312 twin exists: pip refuses the cp311 wheel on Python 3.12.
     cp311 = REPO / "dist" / patched_wheel_name(wheel_for_python(target, (3, 11)).file, MANIFEST.local_version)
     refused = subprocess.run([str(python), "-m", "pip", "install", "--dry-run", "--no-deps", "--no-index", str(cp311)],
                              capture_output=True, text=True)
