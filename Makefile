@@ -5,7 +5,7 @@ SHELL := /bin/bash
 TOOL := .venv/bin/sgl-overlay
 PYTEST := -m pytest -q -p no:cacheprovider
 
-.PHONY: all venvs trees wheels test test-tool test-sglang test-sglang-kt test-kernel test-wheels test-launch matrix clean
+.PHONY: all venvs trees wheels lint test test-tool test-sglang test-sglang-kt test-kernel test-wheels test-launch matrix clean
 
 all: trees wheels
 
@@ -24,7 +24,13 @@ wheels: trees venvs
 	$(TOOL) wheels --out dist
 	.venvs/sglang/bin/python -m pip wheel -q --no-deps --no-build-isolation -w dist ./sgl_kernel_ext
 
-test: venvs trees test-tool test-sglang test-sglang-kt test-kernel test-wheels test-launch
+test: lint venvs trees test-tool test-sglang test-sglang-kt test-kernel test-wheels test-launch
+
+# ruff.toml: one format and lint configuration for the tool, the tests and the benchmarks.
+LINTED := python tests benchmarks
+lint: $(TOOL)
+	.venv/bin/ruff format --check $(LINTED)
+	.venv/bin/ruff check $(LINTED)
 
 test-tool: $(TOOL)
 	.venv/bin/python $(PYTEST) tests/tool

@@ -61,9 +61,15 @@ def in_patch_test(target: str, rel: str) -> Path:
     return path
 
 
-def run_probe(root: Path, script: Path, *args: str, python: str = sys.executable,
-              extra_env: dict[str, str] | None = None, flags: tuple[str, ...] = (),
-              extra_path: tuple[Path, ...] = ()) -> dict:
+def run_probe(
+    root: Path,
+    script: Path,
+    *args: str,
+    python: str = sys.executable,
+    extra_env: dict[str, str] | None = None,
+    flags: tuple[str, ...] = (),
+    extra_path: tuple[Path, ...] = (),
+) -> dict:
     """Run `python [flags] script args` with `root` first on PYTHONPATH (then `extra_path`
     and tests/); parse its JSON.
 
@@ -73,7 +79,10 @@ def run_probe(root: Path, script: Path, *args: str, python: str = sys.executable
     env["PYTHONPATH"] = os.pathsep.join(str(p) for p in [root, *extra_path, REPO_ROOT / "tests"])
     env.update(extra_env or {})
     proc = subprocess.run(
-        [python, *flags, str(script), *args], capture_output=True, text=True, env=env,
+        [python, *flags, str(script), *args],
+        capture_output=True,
+        text=True,
+        env=env,
         timeout=600,
     )
     if proc.returncode != 0:
@@ -103,8 +112,9 @@ def check_record(root: Path, dist_info: Path) -> int:
     return checked
 
 
-def run_pytest(package_roots: list[Path], test_file: Path, cwd: Path,
-               plugins: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+def run_pytest(
+    package_roots: list[Path], test_file: Path, cwd: Path, plugins: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
     """Run one upstream test file with pytest in a subprocess, `package_roots` first on
     PYTHONPATH (the stock or patched package, plus any CPU stand-ins)."""
     env = dict(os.environ)
@@ -114,5 +124,9 @@ def run_pytest(package_roots: list[Path], test_file: Path, cwd: Path,
         args += ["-p", plugin]
     return subprocess.run(
         [*args, "--rootdir", str(cwd), str(test_file)],
-        capture_output=True, text=True, env=env, cwd=cwd, timeout=1200,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=1200,
     )

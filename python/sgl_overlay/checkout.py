@@ -14,8 +14,11 @@ from sgl_overlay.patchfile import Series
 # Folders upstream moved after the pins: (old prefix, new prefix, where it happened). A
 # target whose marker sits under the new prefix is found there, with its paths mapped.
 MOVES = (
-    ("sgl-kernel/", "python/sglang/kernels/aot/",
-     "sgl-project/sglang moved sgl-kernel/ to python/sglang/kernels/aot/ (PR #32648)"),
+    (
+        "sgl-kernel/",
+        "python/sglang/kernels/aot/",
+        "sgl-project/sglang moved sgl-kernel/ to python/sglang/kernels/aot/ (PR #32648)",
+    ),
 )
 
 
@@ -30,7 +33,7 @@ class Placement:
     def path(self, patch_path: str) -> str:
         """A path as the patch names it -> the path in this checkout."""
         if self.old and patch_path.startswith(self.old):
-            return self.new + patch_path[len(self.old):]
+            return self.new + patch_path[len(self.old) :]
         return patch_path
 
     def apply_flags(self) -> list[str]:
@@ -82,7 +85,7 @@ def _find_marker(repo: Path, marker: str) -> Placement | None:
     if (repo / marker).exists():
         return SAME_PLACE
     for old, new, why in MOVES:
-        if marker.startswith(old) and (repo / new / marker[len(old):]).exists():
+        if marker.startswith(old) and (repo / new / marker[len(old) :]).exists():
             return Placement(old, new, why)
     return None
 
@@ -118,8 +121,9 @@ def _found(repo: Path, manifest: Manifest) -> tuple[list[Target], dict[str, str]
             optional[t.name] = f"{placed.why}; its patches map there"
         elif project and project.upstream != t.upstream:
             top = t.marker.split("/")[0]
-            optional[t.name] = (f"{top}/ here is {_repo_name(project.upstream)}'s own copy, "
-                                f"not {_repo_name(t.upstream)}'s")
+            optional[t.name] = (
+                f"{top}/ here is {_repo_name(project.upstream)}'s own copy, not {_repo_name(t.upstream)}'s"
+            )
     return found, optional, placements
 
 
@@ -148,9 +152,14 @@ def detect(path: Path, manifest: Manifest, only: list[str] | None = None) -> Che
             f"unknown project in {repo}: neither python/pyproject.toml names sglang or sglang-kt nor "
             "sgl-kernel/ is there; pass a checkout of sgl-project/sglang or kvcache-ai/sglang"
         )
-    return Checkout(path=repo, targets=tuple(found), embedded=bool(marked), optional=optional,
-                    placements={n: p for n, p in placements.items() if any(t.name == n for t in found)},
-                    series={t.name: Series.read(t) for t in found})
+    return Checkout(
+        path=repo,
+        targets=tuple(found),
+        embedded=bool(marked),
+        optional=optional,
+        placements={n: p for n, p in placements.items() if any(t.name == n for t in found)},
+        series={t.name: Series.read(t) for t in found},
+    )
 
 
 def ensure_writable(co: Checkout) -> None:

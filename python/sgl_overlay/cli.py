@@ -68,8 +68,11 @@ def cmd_check(args: argparse.Namespace, ctx: Context) -> int:
             continue
         for w in warnings:
             print(f"warning: {w}")
-        print(f"ok: {len(to_apply)} patch(es) would apply to {co.path}" if to_apply
-              else f"ok: {operations.already_in(co, sv)}")
+        print(
+            f"ok: {len(to_apply)} patch(es) would apply to {co.path}"
+            if to_apply
+            else f"ok: {operations.already_in(co, sv)}"
+        )
         for line in operations.notes(co, sv):
             print(line)
     return 0 if ok else 1
@@ -87,13 +90,16 @@ def _print_status(co: Checkout) -> bool:
     ok = True
     sv = operations.survey(co, working_files=True)
     if sv.content.uncommitted:
-        touched = {co.placement(name).path(p) for name, rows in sv.rows.items() for r in rows
-                   for p in r.patch.touched()}
+        touched = {
+            co.placement(name).path(p) for name, rows in sv.rows.items() for r in rows for p in r.patch.touched()
+        }
         ours = [p for p in sv.content.uncommitted if p in touched]
         first = (ours or list(sv.content.uncommitted))[0]
-        print(f"note: {len(sv.content.uncommitted)} file(s) have uncommitted changes "
-              f"({len(ours)} touched by the patches; first: {first}): the states below read the working "
-              "files, not HEAD; apply and revert refuse until they are committed or stashed")
+        print(
+            f"note: {len(sv.content.uncommitted)} file(s) have uncommitted changes "
+            f"({len(ours)} touched by the patches; first: {first}): the states below read the working "
+            "files, not HEAD; apply and revert refuse until they are committed or stashed"
+        )
     for warning in operations.preimage_warnings(co, sv):
         print(f"warning: {warning}")
     for target in co.targets:
@@ -122,8 +128,10 @@ def cmd_verify(args: argparse.Namespace, ctx: Context) -> int:
             found = verify_tree(co.path, co.series[target.name])
             problems += found
             if not found:
-                print(f"verified {target.name}: base matches pins, {len(target.patches)} patch(es) "
-                      "give the exact post-images")
+                print(
+                    f"verified {target.name}: base matches pins, {len(target.patches)} patch(es) "
+                    "give the exact post-images"
+                )
     for p in problems:
         print(f"error: {p}", file=sys.stderr)
     return 1 if problems else 0
@@ -140,8 +148,9 @@ def cmd_wheels(args: argparse.Namespace, ctx: Context) -> int:
     out_dir = args.out.resolve()
     if args.print_names:
         python = tuple(int(p) for p in args.for_python.split(".")) if args.for_python else None
-        lines = wheels.print_names(ctx.manifest.select(args.target), ctx.cache, out_dir,
-                                   ctx.manifest.local_version, python)
+        lines = wheels.print_names(
+            ctx.manifest.select(args.target), ctx.cache, out_dir, ctx.manifest.local_version, python
+        )
         print("\n".join(lines))
         return 0
     if args.checkout is not None:
@@ -152,8 +161,9 @@ def cmd_wheels(args: argparse.Namespace, ctx: Context) -> int:
             continue
         series = Series.read(target)
         for wheel in fetch.fetch_wheels(target, ctx.cache, offline=True):
-            made = wheels.build_patched_wheel(series, wheel, ctx.trees / target.name, out_dir,
-                                              ctx.manifest.local_version)
+            made = wheels.build_patched_wheel(
+                series, wheel, ctx.trees / target.name, out_dir, ctx.manifest.local_version
+            )
             print(f"built {made}", flush=True)
     return 0
 
@@ -166,8 +176,13 @@ def cmd_doctor(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def cmd_matrix(args: argparse.Namespace, ctx: Context) -> int:
-    opts = matrix.Options(root=ctx.root, cache=ctx.cache, build=ctx.trees.parent / "matrix",
-                          run_tests=not args.no_tests, offline=args.offline)
+    opts = matrix.Options(
+        root=ctx.root,
+        cache=ctx.cache,
+        build=ctx.trees.parent / "matrix",
+        run_tests=not args.no_tests,
+        offline=args.offline,
+    )
     versions = matrix.parse_versions(args.versions, args.target)
     runs = matrix.run_matrix(ctx.manifest, args.target, versions, opts)
     out = (args.out or ctx.root / "docs").resolve()
@@ -192,17 +207,34 @@ def _python_version(text: str) -> str:
     return text
 
 
-def _command(sub, name: str, func: Callable[[argparse.Namespace, Context], int], help: str, description: str,
-             targets: bool = True, checkout: bool = False) -> argparse.ArgumentParser:
+def _command(
+    sub,
+    name: str,
+    func: Callable[[argparse.Namespace, Context], int],
+    help: str,
+    description: str,
+    targets: bool = True,
+    checkout: bool = False,
+) -> argparse.ArgumentParser:
     p = sub.add_parser(name, help=help, description=description)
     p.set_defaults(func=func)
     if targets:
-        p.add_argument("--target", "-t", action="append", metavar="NAME",
-                       help="limit to this target (sglang, sglang-kt, sgl-kernel); repeatable")
+        p.add_argument(
+            "--target",
+            "-t",
+            action="append",
+            metavar="NAME",
+            help="limit to this target (sglang, sglang-kt, sgl-kernel); repeatable",
+        )
     if checkout:
-        p.add_argument("--checkout", "-C", type=Path, metavar="PATH",
-                       help="a git checkout of sgl-project/sglang or kvcache-ai/sglang "
-                            "(default: the trees `fetch` laid out under build/trees)")
+        p.add_argument(
+            "--checkout",
+            "-C",
+            type=Path,
+            metavar="PATH",
+            help="a git checkout of sgl-project/sglang or kvcache-ai/sglang "
+            "(default: the trees `fetch` laid out under build/trees)",
+        )
     return p
 
 
@@ -210,77 +242,159 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="sgl-overlay",
         description="Fixes for SGLang MoE serving as upstream-shaped patches: fetch the pinned "
-                    "upstream trees, apply the patches with `git am -3`, verify, build patched wheels.",
+        "upstream trees, apply the patches with `git am -3`, verify, build patched wheels.",
         epilog="Exit codes: 0 ok, 1 failure, 2 usage error, 130 interrupted (tree rolled back).",
     )
     parser.add_argument("--version", action="version", version=f"sgl-overlay {__version__}")
-    parser.add_argument("--patches", type=Path, default=None, metavar="DIR",
-                        help="the overlay's patches/ folder (default: $SGL_OVERLAY_PATCHES or this checkout's)")
-    parser.add_argument("--trees", type=Path, default=None, metavar="DIR",
-                        help="where `fetch` lays out targets (default: <repo>/build/trees)")
-    parser.add_argument("--cache", type=Path, default=None, metavar="DIR",
-                        help="wheel download cache (default: <repo>/.cache/wheels)")
+    parser.add_argument(
+        "--patches",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the overlay's patches/ folder (default: $SGL_OVERLAY_PATCHES or this checkout's)",
+    )
+    parser.add_argument(
+        "--trees",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where `fetch` lays out targets (default: <repo>/build/trees)",
+    )
+    parser.add_argument(
+        "--cache", type=Path, default=None, metavar="DIR", help="wheel download cache (default: <repo>/.cache/wheels)"
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
-    p = _command(sub, "fetch", cmd_fetch, "download the pinned wheels and lay each target out as a git tree",
-                 "Download each pinned wheel (cached, sha256 checked) and lay the target out under "
-                 "build/trees/<target> as a git checkout with one commit, tagged `upstream`. sgl-kernel's "
-                 "pre-images come from its full-context patch, with no network.")
+    p = _command(
+        sub,
+        "fetch",
+        cmd_fetch,
+        "download the pinned wheels and lay each target out as a git tree",
+        "Download each pinned wheel (cached, sha256 checked) and lay the target out under "
+        "build/trees/<target> as a git checkout with one commit, tagged `upstream`. sgl-kernel's "
+        "pre-images come from its full-context patch, with no network.",
+    )
     p.add_argument("--offline", action="store_true", help="use only the cache; fail if a wheel is missing")
     p.add_argument("--force", action="store_true", help="lay trees out again even if they exist")
 
-    p = _command(sub, "apply", cmd_apply, "apply the patch series (all or nothing)",
-                 "Apply every pending patch with one `git am -3`; on a failure or Ctrl-C the tree is "
-                 "rolled back. Patches already in are reported, not applied again. A target that is optional "
-                 "in a checkout (a fork's own sgl-kernel/, a moved folder) gets one line saying what its "
-                 "patch would do; -t NAME applies it.", checkout=True)
+    p = _command(
+        sub,
+        "apply",
+        cmd_apply,
+        "apply the patch series (all or nothing)",
+        "Apply every pending patch with one `git am -3`; on a failure or Ctrl-C the tree is "
+        "rolled back. Patches already in are reported, not applied again. A target that is optional "
+        "in a checkout (a fork's own sgl-kernel/, a moved folder) gets one line saying what its "
+        "patch would do; -t NAME applies it.",
+        checkout=True,
+    )
     p.add_argument("--strict", action="store_true", help="refuse when a pinned pre-image blob differs")
 
-    p = _command(sub, "check", cmd_check, "say what apply would do, touching nothing (exit 1 if it would fail)",
-                 "Report what apply would do, touching nothing; exit 1 when it would fail.", checkout=True)
+    p = _command(
+        sub,
+        "check",
+        cmd_check,
+        "say what apply would do, touching nothing (exit 1 if it would fail)",
+        "Report what apply would do, touching nothing; exit 1 when it would fail.",
+        checkout=True,
+    )
     p.add_argument("--strict", action="store_true", help="treat a differing pre-image blob as a failure")
 
-    _command(sub, "status", cmd_status, "list each patch's state in a checkout",
-             "List each patch as applied, applicable, applicable (3-way), conflicting, already upstream or "
-             "target file absent, read from the files (uncommitted working files included); the tree is "
-             "not touched.", checkout=True)
-    _command(sub, "revert", cmd_revert, "remove exactly the overlay's commits",
-             "Remove the commits made from the overlay's patches (reset when they are on top, "
-             "`git revert` otherwise); refuses a dirty tree.", checkout=True)
-    _command(sub, "verify", cmd_verify, "prove each laid-out tree is the pinned pre-images plus the patches",
-             "Check that each laid-out tree's `upstream` commit holds the pinned blobs and HEAD the "
-             "series' final post-image blobs.")
-    _command(sub, "export", cmd_export, "(maintainers) write a laid-out tree's commits back as the series",
-             "Write the commits on top of `upstream` in build/trees/<target> to patches/<target>/ with "
-             "`git format-patch --full-index`; the file names must match the manifest's list.")
+    _command(
+        sub,
+        "status",
+        cmd_status,
+        "list each patch's state in a checkout",
+        "List each patch as applied, applicable, applicable (3-way), conflicting, already upstream or "
+        "target file absent, read from the files (uncommitted working files included); the tree is "
+        "not touched.",
+        checkout=True,
+    )
+    _command(
+        sub,
+        "revert",
+        cmd_revert,
+        "remove exactly the overlay's commits",
+        "Remove the commits made from the overlay's patches (reset when they are on top, "
+        "`git revert` otherwise); refuses a dirty tree.",
+        checkout=True,
+    )
+    _command(
+        sub,
+        "verify",
+        cmd_verify,
+        "prove each laid-out tree is the pinned pre-images plus the patches",
+        "Check that each laid-out tree's `upstream` commit holds the pinned blobs and HEAD the "
+        "series' final post-image blobs.",
+    )
+    _command(
+        sub,
+        "export",
+        cmd_export,
+        "(maintainers) write a laid-out tree's commits back as the series",
+        "Write the commits on top of `upstream` in build/trees/<target> to patches/<target>/ with "
+        "`git format-patch --full-index`; the file names must match the manifest's list.",
+    )
 
-    p = _command(sub, "wheels", cmd_wheels, "build patched wheels into a folder",
-                 "Build the patched twin of each pinned wheel from the verified tree (same tags, local "
-                 "version label). With --checkout: upstream's own build of the checkout's python/, once the "
-                 "series is in.", checkout=True)
+    p = _command(
+        sub,
+        "wheels",
+        cmd_wheels,
+        "build patched wheels into a folder",
+        "Build the patched twin of each pinned wheel from the verified tree (same tags, local "
+        "version label). With --checkout: upstream's own build of the checkout's python/, once the "
+        "series is in.",
+        checkout=True,
+    )
     p.add_argument("--out", type=Path, default=Path("dist"), help="output folder (default: dist)")
-    p.add_argument("--print-names", action="store_true",
-                   help="build nothing; print one line per pinned wheel: target, Python tag, stock wheel, "
-                        "patched wheel, pip options that install it with its own tags")
-    p.add_argument("--for-python", metavar="X.Y", type=_python_version,
-                   help="with --print-names: only the wheel pip picks for this Python")
+    p.add_argument(
+        "--print-names",
+        action="store_true",
+        help="build nothing; print one line per pinned wheel: target, Python tag, stock wheel, "
+        "patched wheel, pip options that install it with its own tags",
+    )
+    p.add_argument(
+        "--for-python",
+        metavar="X.Y",
+        type=_python_version,
+        help="with --print-names: only the wheel pip picks for this Python",
+    )
 
-    p = _command(sub, "doctor", cmd_doctor, "check which fixes an environment has (exit 1 when one is missing)",
-                 "Check an installed environment: each patch's files against its post-image blobs, "
-                 "sgl-kernel-ext installed and wired in, and with a GPU a live N=16 copy. Prints the "
-                 "command that fixes what is missing.", targets=False)
+    p = _command(
+        sub,
+        "doctor",
+        cmd_doctor,
+        "check which fixes an environment has (exit 1 when one is missing)",
+        "Check an installed environment: each patch's files against its post-image blobs, "
+        "sgl-kernel-ext installed and wired in, and with a GPU a live N=16 copy. Prints the "
+        "command that fixes what is missing.",
+        targets=False,
+    )
     p.add_argument("--python", default=doctor.default_python(), help="interpreter of the environment to inspect")
     p.add_argument("--dist", type=Path, default=None, help="where the patched wheels are (default: <repo>/dist)")
-    p.add_argument("--site", type=Path, default=None,
-                   help="also look in this folder (an install made with `pip install --target DIR`)")
+    p.add_argument(
+        "--site",
+        type=Path,
+        default=None,
+        help="also look in this folder (an install made with `pip install --target DIR`)",
+    )
     p.add_argument("--no-live", action="store_true", help="skip the live GPU copy")
 
-    p = _command(sub, "matrix", cmd_matrix, "which released versions each patch applies to, and its tests there",
-                 "Try each patch on each released version of its target and run its own tests there; write "
-                 "compat-matrix.md and compat-matrix.json. Conflicts and failing tests are results: only "
-                 "tool errors exit non-zero. docs/DESIGN.md explains the method.")
-    p.add_argument("--versions", action="append", metavar="[T=]V1,V2",
-                   help="versions to cover instead of the manifest's; T=... per target, repeatable")
+    p = _command(
+        sub,
+        "matrix",
+        cmd_matrix,
+        "which released versions each patch applies to, and its tests there",
+        "Try each patch on each released version of its target and run its own tests there; write "
+        "compat-matrix.md and compat-matrix.json. Conflicts and failing tests are results: only "
+        "tool errors exit non-zero. docs/DESIGN.md explains the method.",
+    )
+    p.add_argument(
+        "--versions",
+        action="append",
+        metavar="[T=]V1,V2",
+        help="versions to cover instead of the manifest's; T=... per target, repeatable",
+    )
     p.add_argument("--out", type=Path, default=None, help="output folder (default: <repo>/docs)")
     p.add_argument("--no-tests", action="store_true", help="classify only; do not run the patches' tests")
     p.add_argument("--offline", action="store_true", help="use only the wheel cache")
@@ -291,8 +405,12 @@ def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     manifest = load_manifest(args.patches)
     root = manifest.path.parent.parent
-    ctx = Context(manifest, root, (args.trees or root / "build" / "trees").resolve(),
-                  (args.cache or root / ".cache" / "wheels").resolve())
+    ctx = Context(
+        manifest,
+        root,
+        (args.trees or root / "build" / "trees").resolve(),
+        (args.cache or root / ".cache" / "wheels").resolve(),
+    )
     return args.func(args, ctx)
 
 

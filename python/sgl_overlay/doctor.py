@@ -66,20 +66,31 @@ def probe(python: str, dists: list[str], live: bool, site: Path | None = None) -
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def check_python_target(manifest: Manifest, series: Series, info: dict, dist_dir: Path,
-                        python: tuple[int, int]) -> list[Finding]:
+def check_python_target(
+    manifest: Manifest, series: Series, info: dict, dist_dir: Path, python: tuple[int, int]
+) -> list[Finding]:
     target = series.target
     name = target.name
     pin = wheel_for_python(target, python)  # the patched twin of the wheel pip picks for this Python
     if pin is None:
-        fix = (f"no patched {name} wheel fits Python {python[0]}.{python[1]} here; the overlay builds them for "
-               f"{', '.join(python_tags(target))}: use one of those Pythons")
+        fix = (
+            f"no patched {name} wheel fits Python {python[0]}.{python[1]} here; the overlay builds them for "
+            f"{', '.join(python_tags(target))}: use one of those Pythons"
+        )
     else:
-        fix = f"pip install --no-deps --force-reinstall {dist_dir / patched_wheel_name(pin.file, manifest.local_version)}"
+        fix = (
+            f"pip install --no-deps --force-reinstall {dist_dir / patched_wheel_name(pin.file, manifest.local_version)}"
+        )
     installed = Version(info["version"])
     if installed.base_version != target.version:
-        return [Finding(name, f"installed {installed}, the overlay pins {target.version}: fixes not checked", False,
-                        f"pip install {target.requirement} && {fix}" if pin else fix)]
+        return [
+            Finding(
+                name,
+                f"installed {installed}, the overlay pins {target.version}: fixes not checked",
+                False,
+                f"pip install {target.requirement} && {fix}" if pin else fix,
+            )
+        ]
     final = shipped_changes(series)
     root = Path(info["root"])
     findings = []
@@ -103,14 +114,32 @@ def check_kernel(data: dict, dist_dir: Path) -> list[Finding]:
     if kernel is None and EXT_DIST not in dists:
         return []
     fix = f"pip install {dist_dir}/sgl_kernel_ext-*.whl"
-    findings = [Finding("sgl-kernel", f"{EXT_DIST} installed (copy_to_gpu_no_ce for any N <= 512)",
-                        EXT_DIST in dists, "" if EXT_DIST in dists else fix)]
+    findings = [
+        Finding(
+            "sgl-kernel",
+            f"{EXT_DIST} installed (copy_to_gpu_no_ce for any N <= 512)",
+            EXT_DIST in dists,
+            "" if EXT_DIST in dists else fix,
+        )
+    ]
     wired = [ep for ep in data["plugins"] if ep[1].startswith(EXT_MODULE)]
-    findings.append(Finding("sgl-kernel", "wired into sglang through a sglang.srt.plugins entry point",
-                            bool(wired), "" if wired else fix))
+    findings.append(
+        Finding(
+            "sgl-kernel",
+            "wired into sglang through a sglang.srt.plugins entry point",
+            bool(wired),
+            "" if wired else fix,
+        )
+    )
     if data["live"] is not None:
-        findings.append(Finding("sgl-kernel", "live N=16 copy on the GPU", data["live"] is True,
-                                "" if data["live"] is True else f"{data['live']}; reinstall: {fix}"))
+        findings.append(
+            Finding(
+                "sgl-kernel",
+                "live N=16 copy on the GPU",
+                data["live"] is True,
+                "" if data["live"] is True else f"{data['live']}; reinstall: {fix}",
+            )
+        )
     return findings
 
 

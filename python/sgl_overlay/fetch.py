@@ -49,8 +49,18 @@ def download(requirement: str, tags_like: str, cache: Path) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         cmd = [
-            sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-            "--progress-bar", "off", "-d", tmp, *pip_tag_args(tags_like), requirement,
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "--progress-bar",
+            "off",
+            "-d",
+            tmp,
+            *pip_tag_args(tags_like),
+            requirement,
         ]
         proc = subproc.run(cmd, "pip download", check=False)
         got = list(Path(tmp).glob("*.whl"))

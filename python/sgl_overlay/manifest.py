@@ -149,13 +149,16 @@ def _pinned_wheels(where: str, raw: dict, kind: Kind) -> tuple[PinnedWheel, ...]
             pin = PinnedWheel(file=entry["file"], sha256=entry["sha256"])
             _, version, _, _ = parse_wheel_filename(pin.file)
         except KeyError as exc:
-            raise OverlayError(f"{where.replace('target', 'a wheel of target', 1)} lacks key {exc}; "
-                               "see docs/DESIGN.md") from None
+            raise OverlayError(
+                f"{where.replace('target', 'a wheel of target', 1)} lacks key {exc}; see docs/DESIGN.md"
+            ) from None
         except InvalidWheelFilename as exc:
             raise OverlayError(f"{where}: {exc}") from None
         if version != Version(str(raw["version"])):
-            raise OverlayError(f"{where} is version {raw['version']}, its wheel {pin.file} is "
-                               f"{version}; pin the wheel of version {raw['version']}")
+            raise OverlayError(
+                f"{where} is version {raw['version']}, its wheel {pin.file} is "
+                f"{version}; pin the wheel of version {raw['version']}"
+            )
         pins.append(pin)
     if kind == Kind.WHEEL and not pins:
         raise OverlayError(f"{where} is of kind wheel but pins none; add `wheels` (see docs/DESIGN.md)")
@@ -170,19 +173,24 @@ def _matrix_spec(where: str, raw: dict, kind: Kind, patches: tuple[str, ...]) ->
     variants = []
     for i, v in enumerate(raw.get("variants", [])):
         try:
-            variant = Variant(patch=v["patch"], file=v["file"], versions=tuple(map(str, v["versions"])),
-                              reason=v.get("reason", ""))
+            variant = Variant(
+                patch=v["patch"], file=v["file"], versions=tuple(map(str, v["versions"])), reason=v.get("reason", "")
+            )
         except KeyError as exc:
             raise OverlayError(f"{where}: variant #{i + 1} lacks key {exc} (needs patch, file, versions)") from None
         if variant.patch not in patches:
-            raise OverlayError(f"{where}: variant {variant.file} stands in for {variant.patch}, "
-                               "which is not in its patches list")
+            raise OverlayError(
+                f"{where}: variant {variant.file} stands in for {variant.patch}, which is not in its patches list"
+            )
         variants.append(variant)
     pinned = str(raw["version"]) if kind == Kind.WHEEL else raw.get("commit", "")
     return MatrixSpec(
-        versions=tuple(map(str, table.get("versions", [pinned]))), variants=tuple(variants),
-        venv=table.get("venv", ""), run_tests=table.get("tests", True),
-        no_tests_reason=table.get("no_tests_reason", ""), pythonpath=tuple(table.get("pythonpath", [])),
+        versions=tuple(map(str, table.get("versions", [pinned]))),
+        variants=tuple(variants),
+        venv=table.get("venv", ""),
+        run_tests=table.get("tests", True),
+        no_tests_reason=table.get("no_tests_reason", ""),
+        pythonpath=tuple(table.get("pythonpath", [])),
         pytest_args=tuple(table.get("pytest_args", [])),
     )
 
@@ -192,8 +200,9 @@ def _target(path: Path, patches_dir: Path, name: str, raw: dict) -> Target:
     try:
         kind = Kind(raw["kind"])
     except ValueError:
-        raise OverlayError(f"{where} has unknown kind {raw['kind']!r}; "
-                           f"use one of {', '.join(k.value for k in Kind)}") from None
+        raise OverlayError(
+            f"{where} has unknown kind {raw['kind']!r}; use one of {', '.join(k.value for k in Kind)}"
+        ) from None
     patches = tuple(raw.get("patches", []))
     return Target(
         name=name,
@@ -228,8 +237,10 @@ def load_manifest(patches_dir: Path | None = None) -> Manifest:
     if "schema" not in data:
         raise OverlayError(f"{path} lacks `schema = {SCHEMA}`; add that line at its top")
     if data["schema"] != SCHEMA:
-        raise OverlayError(f"{path} is schema {data['schema']!r}, this sgl-overlay reads schema {SCHEMA}; "
-                           "use the sgl-overlay of the checkout the patches come from")
+        raise OverlayError(
+            f"{path} is schema {data['schema']!r}, this sgl-overlay reads schema {SCHEMA}; "
+            "use the sgl-overlay of the checkout the patches come from"
+        )
     targets = {}
     for name, raw in data.get("targets", {}).items():
         try:

@@ -12,19 +12,19 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from xml.etree import ElementTree
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from xml.etree import ElementTree
 
 from packaging.version import InvalidVersion, Version
 
 from sgl_overlay import fetch, gitutil, operations, tree
 from sgl_overlay.errors import OverlayError, UsageError
-from sgl_overlay.subproc import failure_reason
 from sgl_overlay.manifest import Kind, Manifest, MatrixSpec, PinnedWheel, Target
 from sgl_overlay.patchfile import Patch, Series
 from sgl_overlay.series import ScratchIndex, State, series_status
+from sgl_overlay.subproc import failure_reason
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout this package sits in (its venvs)
 TEST_TIMEOUT_S = 900
@@ -48,7 +48,7 @@ class Outcome(StrEnum):
 LEGEND = {
     Outcome.EXACT: "applies exactly: every file it modifies is byte-identical to the pinned pre-image (same blob id)",
     Outcome.OFFSETS: "applies cleanly with `git apply`, but a file it modifies differs from the pin "
-                     "(hunks may sit at other lines)",
+    "(hunks may sit at other lines)",
     Outcome.THREE_WAY: "applies only through a 3-way merge (`git am -3`) against the pinned pre-image",
     Outcome.CONFLICT: "does not apply, not even 3-way; the failing hunk is named",
     Outcome.ABSENT: "a file the patch modifies does not exist in that version (the feature is not there)",
@@ -175,8 +175,10 @@ def _hunk_of(patch: Patch, detail: str) -> str:
         for i, h in enumerate(pf):
             if h.source_start == line:
                 header = f" {h.section_header.strip()}" if h.section_header.strip() else ""
-                return (f"{path}: hunk {i + 1}/{len(pf)}, @@ -{h.source_start},{h.source_length} "
-                        f"+{h.target_start},{h.target_length} @@{header}")
+                return (
+                    f"{path}: hunk {i + 1}/{len(pf)}, @@ -{h.source_start},{h.source_length} "
+                    f"+{h.target_start},{h.target_length} @@{header}"
+                )
     return f"{path}: hunk at pinned line {line}"
 
 
@@ -201,12 +203,16 @@ def classify(vtree: Path, series: Series) -> list[tuple[Patch, Cell]]:
         if st.state == State.APPLICABLE:
             differ = _differs_from_pin(st.patch, vtree, vt)
             offs = st.detail.replace(".; ", "; ").rstrip(".") or "no line offsets"
-            cell = (Cell(Outcome.OFFSETS, f"{', '.join(differ)} differ from the pin; {offs}") if differ
-                    else Cell(Outcome.EXACT, "pre-image blob ids equal the pin"))
+            cell = (
+                Cell(Outcome.OFFSETS, f"{', '.join(differ)} differ from the pin; {offs}")
+                if differ
+                else Cell(Outcome.EXACT, "pre-image blob ids equal the pin")
+            )
         elif st.state == State.APPLICABLE_3WAY:
             detail = st.detail if st.detail.startswith("patch failed") else ""
-            cell = Cell(Outcome.THREE_WAY, detail and f"exact apply fails at {_hunk_of(st.patch, detail)}; "
-                                              "3-way merge is clean")
+            cell = Cell(
+                Outcome.THREE_WAY, detail and f"exact apply fails at {_hunk_of(st.patch, detail)}; 3-way merge is clean"
+            )
         elif st.state == State.CONFLICTING:
             cell = Cell(Outcome.CONFLICT, f"{_hunk_of(st.patch, st.detail)} (fails exact and 3-way)")
         elif st.state == State.ABSENT:
@@ -247,8 +253,12 @@ def _junit_reason(xml: Path, tree: Path) -> str:
         return ""
     counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
     passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
-    parts = [(passed, "passed"), (counts["failures"], "failed"), (counts["skipped"], "skipped"),
-             (counts["errors"], "error" if counts["errors"] == 1 else "errors")]
+    parts = [
+        (passed, "passed"),
+        (counts["failures"], "failed"),
+        (counts["skipped"], "skipped"),
+        (counts["errors"], "error" if counts["errors"] == 1 else "errors"),
+    ]
     reason = ", ".join(f"{n} {what}" for n, what in parts if n)
     for case in suite.iter("testcase"):
         bad = case.find("failure")
@@ -256,7 +266,7 @@ def _junit_reason(xml: Path, tree: Path) -> str:
             bad = case.find("error")
         if bad is None:
             continue
-        lines = [l[1:].strip() for l in (bad.text or "").splitlines() if l.startswith("E ")]
+        lines = [ln[1:].strip() for ln in (bad.text or "").splitlines() if ln.startswith("E ")]
         why = lines[0] if lines else (bad.get("message") or "").splitlines()[0]
         name = "::".join(filter(None, (case.get("classname"), case.get("name"))))
         kind = "FAILED" if bad.tag == "failure" else "ERROR"
@@ -265,8 +275,14 @@ def _junit_reason(xml: Path, tree: Path) -> str:
     return reason.replace(str(tree), "<tree>")[:300]  # no machine paths in committed output
 
 
-def run_patch_tests(python: Path, vtree: Path, files: list[str], timeout: int = TEST_TIMEOUT_S,
-                    extra_path: list[Path] | None = None, pytest_args: tuple[str, ...] = ()) -> TestResult:
+def run_patch_tests(
+    python: Path,
+    vtree: Path,
+    files: list[str],
+    timeout: int = TEST_TIMEOUT_S,
+    extra_path: list[Path] | None = None,
+    pytest_args: tuple[str, ...] = (),
+) -> TestResult:
     if not files:
         return TestResult(Tests.NO_TESTS, "the patch adds or changes no test file")
     env = dict(os.environ)
@@ -274,8 +290,19 @@ def run_patch_tests(python: Path, vtree: Path, files: list[str], timeout: int = 
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     with tempfile.TemporaryDirectory(prefix="sgl-overlay-junit-") as tmp:
         xml = Path(tmp) / "junit.xml"
-        cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-               f"--junitxml={xml}", *pytest_args, *files]
+        cmd = [
+            str(python),
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "addopts=",
+            f"--junitxml={xml}",
+            *pytest_args,
+            *files,
+        ]
         try:
             proc = subprocess.run(cmd, cwd=vtree, env=env, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -350,12 +377,16 @@ def _new_run(target: Target, spec: MatrixSpec) -> TargetRun:
     )
     notes = []
     if target.kind != Kind.WHEEL:
-        notes.append(f"{target.name} has no registry source (no wheel or sdist of this tree is published): "
-                     f"its row covers the pinned commit {target.pinned} only, rebuilt from the "
-                     "full-context patches.")
+        notes.append(
+            f"{target.name} has no registry source (no wheel or sdist of this tree is published): "
+            f"its row covers the pinned commit {target.pinned} only, rebuilt from the "
+            "full-context patches."
+        )
     if not target.patches:
-        notes.append(f"No patches are listed for {target.name} in patches/manifest.toml at the time of this run; "
-                     "the versions were fetched and laid out, nothing was classified.")
+        notes.append(
+            f"No patches are listed for {target.name} in patches/manifest.toml at the time of this run; "
+            "the versions were fetched and laid out, nothing was classified."
+        )
     run.note = " ".join(notes)
     return run
 
@@ -405,8 +436,7 @@ def run_version(vt: _VersionTree, pinned_tree: Path, spec: MatrixSpec, tests: _T
     # Only the patch's new test files are written (work tree, no commit).
     for patch, cell in rows:
         if cell.outcome == Outcome.UPSTREAM and patch_test_files(patch):
-            new = [f"--include={f}" for f in patch_test_files(patch)
-                   if gitutil.blob_at(vt.path, "HEAD", f) is None]
+            new = [f"--include={f}" for f in patch_test_files(patch) if gitutil.blob_at(vt.path, "HEAD", f) is None]
             if new and gitutil.git(vt.path, "apply", *new, str(patch.path), check=False).returncode == 0:
                 applied.append((patch, cell))
     for patch, cell in applied:
@@ -430,17 +460,17 @@ class _TestRunner:
         if files and not self.python.exists():
             return TestResult(Tests.NOT_RUN, f"no venv: {self.python} is missing (scripts/setup_venvs.sh)", files)
         t0 = time.monotonic()
-        result = run_patch_tests(self.python, vt.path, files, extra_path=self.extra_path,
-                                 pytest_args=self.pytest_args)
-        self.log(f"matrix {vt.series.target.name} {vt.run.version}: {patch.label} tests {result.result} "
-                 f"({time.monotonic() - t0:.1f} s)")
+        result = run_patch_tests(self.python, vt.path, files, extra_path=self.extra_path, pytest_args=self.pytest_args)
+        self.log(
+            f"matrix {vt.series.target.name} {vt.run.version}: {patch.label} tests {result.result} "
+            f"({time.monotonic() - t0:.1f} s)"
+        )
         return result
 
 
 def run_target(target: Target, spec: MatrixSpec, opts: Options, log=print) -> TargetRun:
     run = _new_run(target, spec)
-    versions = sorted(dict.fromkeys(spec.versions), key=_version_key) if target.kind == Kind.WHEEL \
-        else [target.pinned]
+    versions = sorted(dict.fromkeys(spec.versions), key=_version_key) if target.kind == Kind.WHEEL else [target.pinned]
     python = _python_for(target, spec, opts)
     run.tests_env = _tests_env(python, spec, opts) if spec.run_tests else ""
     skip = "" if opts.run_tests and spec.run_tests else (spec.no_tests_reason or "--no-tests")
@@ -465,13 +495,16 @@ def run_target(target: Target, spec: MatrixSpec, opts: Options, log=print) -> Ta
     return run
 
 
-def run_matrix(manifest: Manifest, names: list[str] | None, versions: dict[str, list[str]],
-               opts: Options, log=print) -> list[TargetRun]:
+def run_matrix(
+    manifest: Manifest, names: list[str] | None, versions: dict[str, list[str]], opts: Options, log=print
+) -> list[TargetRun]:
     selected = manifest.select(names)
     unknown = sorted(set(versions) - {t.name for t in selected})
     if unknown:
-        raise UsageError(f"--versions names {unknown[0]!r}, which is not among the selected targets "
-                         f"({', '.join(t.name for t in selected)})")
+        raise UsageError(
+            f"--versions names {unknown[0]!r}, which is not among the selected targets "
+            f"({', '.join(t.name for t in selected)})"
+        )
     runs = []
     t0 = time.monotonic()
     for target in selected:
@@ -480,8 +513,10 @@ def run_matrix(manifest: Manifest, names: list[str] | None, versions: dict[str, 
             spec = dataclasses.replace(spec, versions=tuple(versions[target.name]))
         runs.append(run_target(target, spec, opts, log))
     cells = sum(len(v.cells) for r in runs for v in r.versions)
-    log(f"matrix: {len(runs)} target(s), {sum(len(r.versions) for r in runs)} version(s), {cells} cell(s) "
-        f"in {time.monotonic() - t0:.0f} s")
+    log(
+        f"matrix: {len(runs)} target(s), {sum(len(r.versions) for r in runs)} version(s), {cells} cell(s) "
+        f"in {time.monotonic() - t0:.0f} s"
+    )
     return runs
 
 

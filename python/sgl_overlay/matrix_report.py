@@ -48,8 +48,14 @@ def to_json(runs: list[TargetRun]) -> dict:
 
 
 _SHORT = {Outcome.THREE_WAY: "3-way", Outcome.CONFLICT: "**conflict**"}  # else the outcome itself
-_TEST_MARK = {Tests.PASS: "tests pass", Tests.FAIL: "**tests FAIL**", Tests.SKIP: "tests skipped",
-              Tests.ERROR: "**tests error**", Tests.NO_TESTS: "no tests", Tests.NOT_RUN: "tests not run"}
+_TEST_MARK = {
+    Tests.PASS: "tests pass",
+    Tests.FAIL: "**tests FAIL**",
+    Tests.SKIP: "tests skipped",
+    Tests.ERROR: "**tests error**",
+    Tests.NO_TESTS: "no tests",
+    Tests.NOT_RUN: "tests not run",
+}
 
 
 def _short(c: dict | None) -> str:
@@ -75,11 +81,18 @@ by hand. Machine-readable twin: [compat-matrix.json](compat-matrix.json). How it
 
 
 def to_markdown(data: dict) -> str:
-    out = [HEADER, "| outcome | meaning |", "|---|---|", *[f"| {k} | {v} |" for k, v in LEGEND.items()], "",
-           "Tests: `pass` / `FAIL` / `skipped` / `error` (pytest could not run them) / `no tests` (the patch "
-           "carries none) / `not run` (reason in the details). A cell without a test mark did not apply, so "
-           "there was nothing to test; for `upstream` cells the patch's new test files run against upstream's "
-           "own copy of the fix.", ""]
+    out = [
+        HEADER,
+        "| outcome | meaning |",
+        "|---|---|",
+        *[f"| {k} | {v} |" for k, v in LEGEND.items()],
+        "",
+        "Tests: `pass` / `FAIL` / `skipped` / `error` (pytest could not run them) / `no tests` (the patch "
+        "carries none) / `not run` (reason in the details). A cell without a test mark did not apply, so "
+        "there was nothing to test; for `upstream` cells the patch's new test files run against upstream's "
+        "own copy of the fix.",
+        "",
+    ]
     for name, t in data["targets"].items():
         out += [f"## {name} (pinned {t['pinned']}; source: {t['source']})", ""]
         if t.get("note"):
@@ -112,14 +125,20 @@ def to_markdown(data: dict) -> str:
             out += ["", "</details>", ""]
         if t.get("variants"):
             out += ["Variants (per-version ports of a patch, `[[targets.<t>.variants]]`):", ""]
-            out += [f"- `{v['file']}` stands in for `{v['patch']}` on {', '.join(v['versions'])}"
-                    + (f": {_md_escape(v['reason'])}" if v.get("reason") else "") for v in t["variants"]]
+            out += [
+                f"- `{v['file']}` stands in for `{v['patch']}` on {', '.join(v['versions'])}"
+                + (f": {_md_escape(v['reason'])}" if v.get("reason") else "")
+                for v in t["variants"]
+            ]
             out.append("")
         if t["source"] == "registry":
             out += ["| version | wheel | sha256 |", "|---|---|---|"]
             for v in versions:
-                out.append(f"| {v['version']} | error: {_md_escape(v['error'])} | |" if v.get("error")
-                           else f"| {v['version']} | `{v['wheel']}` | `{v['sha256']}` |")
+                out.append(
+                    f"| {v['version']} | error: {_md_escape(v['error'])} | |"
+                    if v.get("error")
+                    else f"| {v['version']} | `{v['wheel']}` | `{v['sha256']}` |"
+                )
             out.append("")
     return "\n".join(out).rstrip() + "\n"
 

@@ -46,8 +46,9 @@ def rollback(repo: Path, orig: str) -> None:
         gitutil.git(repo, "reset", "-q", "--hard", orig, new_session=True)
 
 
-def run_am(repo: Path, patches: list[Path], embedded: bool, flags: list[str] | None = None
-           ) -> subprocess.CompletedProcess:
+def run_am(
+    repo: Path, patches: list[Path], embedded: bool, flags: list[str] | None = None
+) -> subprocess.CompletedProcess:
     """`git am -3` the patches, shielded from Ctrl-C. Laid-out trees get a fixed committer and
     date (reproducible ids); a user's checkout its own identity, or a stand-in if it has none.
     `flags` map the patches' paths to a moved folder (Placement.apply_flags)."""
@@ -59,8 +60,16 @@ def run_am(repo: Path, patches: list[Path], embedded: bool, flags: list[str] | N
     elif not gitutil.has_identity(repo):
         env = {"GIT_COMMITTER_NAME": "sgl-overlay", "GIT_COMMITTER_EMAIL": "sgl-overlay@localhost"}
     return gitutil.git(
-        repo, "am", "-3", "--quiet", "--keep-non-patch", *extra, *map(str, patches),
-        check=False, env=env, new_session=True,
+        repo,
+        "am",
+        "-3",
+        "--quiet",
+        "--keep-non-patch",
+        *extra,
+        *map(str, patches),
+        check=False,
+        env=env,
+        new_session=True,
     )
 
 
@@ -108,13 +117,17 @@ def optional_note(co: Checkout, target: Target, rows: list[PatchStatus], sv: Sur
     if bad is not None and bad.state == State.ABSENT:
         return f"{name}: not applied ({why}); {bad.patch.label} needs {bad.detail}, which is not here"
     if bad is not None:
-        return (f"{name}: not applied ({why}); {bad.patch.label} conflicts here ({bad.detail}): "
-                f"{_blob_note(co, sv, bad, target)}")
+        return (
+            f"{name}: not applied ({why}); {bad.patch.label} conflicts here ({bad.detail}): "
+            f"{_blob_note(co, sv, bad, target)}"
+        )
     if any(r.state == State.APPLIED for r in rows):
         return f"{name}: half-applied here ({why}); run `sgl-overlay revert -t {name} --checkout {co.path}`"
     how = "applies" if all(r.state != State.APPLICABLE_3WAY for r in rows) else "applies with a 3-way merge"
-    return (f"{name}: not applied ({why}); its patch {how} here: add it with "
-            f"`sgl-overlay apply -t {name} --checkout {co.path}`")
+    return (
+        f"{name}: not applied ({why}); its patch {how} here: add it with "
+        f"`sgl-overlay apply -t {name} --checkout {co.path}`"
+    )
 
 
 def _blob_note(co: Checkout, sv: Survey, row: PatchStatus, target: Target) -> str:
@@ -125,8 +138,10 @@ def _blob_note(co: Checkout, sv: Survey, row: PatchStatus, target: Target) -> st
             continue
         have = gitutil.blob_at(co.path, sv.content.tree, where(c.path))
         if have and not have.startswith(c.old_blob):
-            return (f"{where(c.path)} is blob {have[:12]}, the patch is written for {c.old_blob[:12]}; "
-                    f"it needs a variant for this file")
+            return (
+                f"{where(c.path)} is blob {have[:12]}, the patch is written for {c.old_blob[:12]}; "
+                f"it needs a variant for this file"
+            )
     return "it needs a variant for this tree"
 
 
@@ -182,8 +197,10 @@ def already_in(co: Checkout, sv: Survey) -> str:
     if not upstream:
         return f"already applied: {applied} patch(es) in {co.path}; nothing to do"
     if not applied:
-        return (f"already upstream: {upstream} patch(es) in {co.path} (the files hold their change, "
-                "not from overlay commits); nothing to do")
+        return (
+            f"already upstream: {upstream} patch(es) in {co.path} (the files hold their change, "
+            "not from overlay commits); nothing to do"
+        )
     return f"already applied: {applied} patch(es), already upstream: {upstream}, in {co.path}; nothing to do"
 
 
@@ -191,7 +208,7 @@ def am_failure(proc: subprocess.CompletedProcess) -> str:
     """The line of a failed `git am` that names the conflict or error."""
     lines = (proc.stdout + proc.stderr).strip().splitlines()
     fallback = lines[-1] if lines else "git am failed"
-    return next((l for l in lines if "conflict" in l.lower() or l.startswith("error")), fallback).strip()
+    return next((ln for ln in lines if "conflict" in ln.lower() or ln.startswith("error")), fallback).strip()
 
 
 def _groups(to_apply: list[tuple[Path, tuple[str, ...]]]) -> list[tuple[list[Path], list[str]]]:
@@ -226,8 +243,9 @@ def apply(co: Checkout, strict: bool = False) -> list[str]:
                 )
     upstream = sum(r.state == State.UPSTREAM for t in co.required for r in sv.rows[t.name])
     skipped = f" ({upstream} already upstream, skipped)" if upstream else ""
-    report.append(f"applied {len(to_apply)} patch(es) to {co.path}: {orig[:12]} -> "
-                  f"{gitutil.head(co.path)[:12]}{skipped}")
+    report.append(
+        f"applied {len(to_apply)} patch(es) to {co.path}: {orig[:12]} -> {gitutil.head(co.path)[:12]}{skipped}"
+    )
     return report + notes(co, sv)
 
 
@@ -269,4 +287,6 @@ def revert(co: Checkout) -> list[str]:
         if caught:
             rollback(co.path, orig)
             raise Interrupted(f"interrupted: revert rolled back, {co.path} is as before")
-    return [f"reverted {len(commits)} overlay commit(s) in {co.path} ({how}): {orig[:12]} -> {gitutil.head(co.path)[:12]}"]
+    return [
+        f"reverted {len(commits)} overlay commit(s) in {co.path} ({how}): {orig[:12]} -> {gitutil.head(co.path)[:12]}"
+    ]

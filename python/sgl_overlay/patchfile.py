@@ -62,9 +62,7 @@ def read_patch(path: Path) -> Patch:
     try:
         patchset = unidiff.PatchSet(raw.decode("utf-8"))
     except (UnicodeDecodeError, unidiff.UnidiffParseError) as exc:
-        raise OverlayError(
-            f"corrupt patch file {path} ({exc}); restore it with `git checkout -- {path}`"
-        ) from None
+        raise OverlayError(f"corrupt patch file {path} ({exc}); restore it with `git checkout -- {path}`") from None
     # git's own parser must accept it too: it is what `git am` will run.
     check = gitutil.git(None, "apply", "--numstat", str(path), check=False)
     if check.returncode != 0:

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
 from sgl_overlay import gitutil
@@ -26,7 +26,7 @@ HISTORY_DEPTH = 2000  # how far back to look for the commit that brought a patch
 NARROW_CONTEXT = 1
 
 
-class State(str, Enum):
+class State(StrEnum):
     APPLIED = "applied"  # the files hold its post-image, brought by a commit made from it
     APPLICABLE = "applicable"  # applies exactly (possibly with line offsets)
     APPLICABLE_3WAY = "applicable (3-way)"  # applies only through a 3-way merge
@@ -65,8 +65,9 @@ def content_of(repo: Path, working_files: bool = False) -> Content:
     if not changed:
         return Content(head_tree)
     with ScratchIndex(repo, head_tree) as scratch:
-        gitutil.git(repo, "update-index", "--add", "--remove", "-z", "--stdin",
-                    input="\0".join(changed) + "\0", env=scratch.env)
+        gitutil.git(
+            repo, "update-index", "--add", "--remove", "-z", "--stdin", input="\0".join(changed) + "\0", env=scratch.env
+        )
         tree = gitutil.git(repo, "write-tree", env=scratch.env).stdout.strip()
     return Content(tree, tuple(changed))
 
@@ -96,7 +97,7 @@ class ScratchIndex:
         self.env = {"GIT_INDEX_FILE": self.path}
         gitutil.git(repo, "read-tree", *([base] if base else ["--empty"]), env=self.env)
 
-    def __enter__(self) -> "ScratchIndex":
+    def __enter__(self) -> ScratchIndex:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -109,8 +110,9 @@ class ScratchIndex:
         shutil.copyfile(self.path + ".saved", self.path)
 
     def apply(self, patch: Path, *flags: str) -> subprocess.CompletedProcess:
-        return gitutil.git(self.repo, "apply", "--cached", "-v", *self.flags, *flags, str(patch),
-                           check=False, env=self.env)
+        return gitutil.git(
+            self.repo, "apply", "--cached", "-v", *self.flags, *flags, str(patch), check=False, env=self.env
+        )
 
     def blob(self, path: str) -> str | None:
         """The blob id at `path` in this index (stage 0), or None."""
@@ -125,7 +127,7 @@ class ScratchIndex:
 
 def _first_error(proc: subprocess.CompletedProcess) -> str:
     """git's line naming the file and hunk position that failed."""
-    errors = [l[len("error:") :].strip() for l in proc.stderr.splitlines() if l.startswith("error:")]
+    errors = [ln[len("error:") :].strip() for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     for line in errors:
         if line.startswith("patch failed:"):
             return line
@@ -135,7 +137,7 @@ def _first_error(proc: subprocess.CompletedProcess) -> str:
 
 
 def _offsets(proc: subprocess.CompletedProcess) -> str:
-    hunks = [l.strip() for l in proc.stderr.splitlines() if "offset" in l or "fuzz" in l]
+    hunks = [ln.strip() for ln in proc.stderr.splitlines() if "offset" in ln or "fuzz" in ln]
     return "; ".join(hunks)
 
 
@@ -205,8 +207,11 @@ def _classify(repo: Path, scratch: ScratchIndex, patch: Patch, placement: Placem
     narrowed = scratch.apply(reverse, "--check") if reverse != patch.path else exact
     where = _first_error(narrowed)
     if not narrowed.returncode:
-        differ = [placement.path(c.path) for c in patch.changes
-                  if c.old_blob and not (scratch.blob(placement.path(c.path)) or "").startswith(c.old_blob)]
+        differ = [
+            placement.path(c.path)
+            for c in patch.changes
+            if c.old_blob and not (scratch.blob(placement.path(c.path)) or "").startswith(c.old_blob)
+        ]
         where = f"{', '.join(differ)}: not the patch's pre-image, but only away from its changes"
     scratch.save()
     paths = [placement.path(p) for p in patch.touched()]
@@ -229,15 +234,23 @@ def _in(repo: Path, patch: Patch, placement: Placement, partial: str, how: str =
     return PatchStatus(patch, State.UPSTREAM, detail=partial or how)
 
 
-def series_status(repo: Path, series: Series, content: Content | None = None,
-                  placement: Placement = SAME_PLACE) -> list[PatchStatus]:
+def series_status(
+    repo: Path, series: Series, content: Content | None = None, placement: Placement = SAME_PLACE
+) -> list[PatchStatus]:
     """Classify each patch in order, applying the pending ones to a scratch index as it goes
     (a later patch sees the earlier ones in)."""
     tree = (content or content_of(repo)).tree
-    with ScratchIndex(repo, tree, tuple(placement.apply_flags())) as scratch, \
-            tempfile.TemporaryDirectory(prefix="sgl-overlay-narrow-") as tmp:
+    with (
+        ScratchIndex(repo, tree, tuple(placement.apply_flags())) as scratch,
+        tempfile.TemporaryDirectory(prefix="sgl-overlay-narrow-") as tmp,
+    ):
         return [
-            _classify(repo, scratch, patch, placement,
-                      narrow_context(patch, Path(tmp)) if series.target.full_context else patch.path)
+            _classify(
+                repo,
+                scratch,
+                patch,
+                placement,
+                narrow_context(patch, Path(tmp)) if series.target.full_context else patch.path,
+            )
             for patch in series.patches
         ]

@@ -69,9 +69,7 @@ class PreimageMismatch:
         return f"{self.path}: expected blob {self.expected}, found {self.found}"
 
 
-def check_preimages(
-    repo: Path, rev: str, target: Target, where: Callable[[str], str] = str
-) -> list[PreimageMismatch]:
+def check_preimages(repo: Path, rev: str, target: Target, where: Callable[[str], str] = str) -> list[PreimageMismatch]:
     """Each pinned file whose blob at `rev` (a commit or tree) differs from the manifest (or is
     missing). `where` maps a pinned path to its place in `repo` (a moved folder)."""
     problems = []
@@ -92,8 +90,14 @@ def is_ready(dest: Path, target: Target) -> bool:
     )
 
 
-def lay_out(target: Target, dest: Path, wheel: Path | None = None, series: Series | None = None,
-            force: bool = False, check_pins: bool = True) -> str:
+def lay_out(
+    target: Target,
+    dest: Path,
+    wheel: Path | None = None,
+    series: Series | None = None,
+    force: bool = False,
+    check_pins: bool = True,
+) -> str:
     """Create `dest` as a git tree of the pinned target (idempotent) from its `wheel`, or for a
     patch-context target from its `series`. Returns a status line. `check_pins=False` (the
     matrix, for versions other than the pin) skips the pre-image check."""
@@ -101,9 +105,7 @@ def lay_out(target: Target, dest: Path, wheel: Path | None = None, series: Serie
         return f"tree {target.name}: {dest} ready (upstream {target.version})"
     if dest.exists():
         if not force and any(dest.iterdir()):
-            raise OverlayError(
-                f"{dest} exists but is not the {target.label} tree; remove it or pass --force"
-            )
+            raise OverlayError(f"{dest} exists but is not the {target.label} tree; remove it or pass --force")
         shutil.rmtree(dest)
     tmp = dest.with_name(dest.name + ".tmp")
     made_parent = not dest.parent.exists()

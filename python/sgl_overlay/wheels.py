@@ -12,8 +12,8 @@ from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
 from sgl_overlay import gitutil, subproc
-from sgl_overlay.errors import OverlayError
 from sgl_overlay.checkout import Checkout
+from sgl_overlay.errors import OverlayError
 from sgl_overlay.fetch import pip_tag_args
 from sgl_overlay.manifest import Kind, PinnedWheel, Target
 from sgl_overlay.patchfile import Series
@@ -35,8 +35,9 @@ def patched_wheel_name(wheel_file: str, local_version: str) -> str:
     name, version, build, wheel_tags = parse_wheel_filename(wheel_file)
     labelled = Version(f"{version.public}+{local_version}")
     build_tag = f"-{build[0]}{build[1]}" if build else ""
-    tagline = "-".join(".".join(sorted({getattr(t, part) for t in wheel_tags}))
-                       for part in ("interpreter", "abi", "platform"))
+    tagline = "-".join(
+        ".".join(sorted({getattr(t, part) for t in wheel_tags})) for part in ("interpreter", "abi", "platform")
+    )
     return f"{name.replace('-', '_')}-{labelled}{build_tag}-{tagline}.whl"
 
 
@@ -46,8 +47,11 @@ def wheel_for_python(target: Target, python: tuple[int, int]) -> PinnedWheel | N
     rank: dict[tags.Tag, int] = {}
     for i, tag in enumerate(ranked):
         rank.setdefault(tag, i)
-    fitting = [(min(rank[t] for t in wheel_tags if t in rank), pin) for pin in target.wheels
-               if (wheel_tags := parse_wheel_filename(pin.file)[3]) & rank.keys()]
+    fitting = [
+        (min(rank[t] for t in wheel_tags if t in rank), pin)
+        for pin in target.wheels
+        if (wheel_tags := parse_wheel_filename(pin.file)[3]) & rank.keys()
+    ]
     return min(fitting, key=lambda pair: pair[0])[1] if fitting else None
 
 
@@ -56,8 +60,9 @@ def python_tags(target: Target) -> list[str]:
     return sorted({t.interpreter for pin in target.wheels for t in parse_wheel_filename(pin.file)[3]})
 
 
-def print_names(targets: list[Target], cache: Path, out_dir: Path, local_version: str,
-                python: tuple[int, int] | None = None) -> list[str]:
+def print_names(
+    targets: list[Target], cache: Path, out_dir: Path, local_version: str, python: tuple[int, int] | None = None
+) -> list[str]:
     """For scripts, one line per pinned wheel (with `python`, only the one pip picks for it): target,
     Python tag, stock wheel, patched wheel, and the pip options that install it with its own tags."""
     lines = []
@@ -68,8 +73,10 @@ def print_names(targets: list[Target], cache: Path, out_dir: Path, local_version
         if python is not None:
             pin = wheel_for_python(target, python)
             if pin is None:
-                raise OverlayError(f"no pinned {target.name} wheel fits Python {python[0]}.{python[1]}; "
-                                   f"the pins cover {', '.join(python_tags(target))}")
+                raise OverlayError(
+                    f"no pinned {target.name} wheel fits Python {python[0]}.{python[1]}; "
+                    f"the pins cover {', '.join(python_tags(target))}"
+                )
             pins = (pin,)
         for pin in pins:
             tag = "-".join(sorted({t.interpreter for t in parse_wheel_filename(pin.file)[3]}))
@@ -139,8 +146,21 @@ def build_patched_wheel(series: Series, wheel: Path, tree: Path, out_dir: Path, 
             dest.write_bytes(data)
         # Zip timestamps from the tree's last commit (patch dates): the same pins give the same bytes.
         epoch = os.environ.get("SOURCE_DATE_EPOCH") or gitutil.out(tree, "log", "-1", "--format=%at", "HEAD")
-        subproc.run([sys.executable, "-m", "wheel", "pack", "-d", str(out_dir), "--local-version", local_version,
-              str(unpacked)], f"packing the patched {wheel.name}", env={"SOURCE_DATE_EPOCH": epoch})
+        subproc.run(
+            [
+                sys.executable,
+                "-m",
+                "wheel",
+                "pack",
+                "-d",
+                str(out_dir),
+                "--local-version",
+                local_version,
+                str(unpacked),
+            ],
+            f"packing the patched {wheel.name}",
+            env={"SOURCE_DATE_EPOCH": epoch},
+        )
     made = out_dir / patched_wheel_name(wheel.name, local_version)
     if not made.is_file():
         raise OverlayError(f"`wheel pack` did not write {made}; is the wheel package >= 0.46 installed?")
@@ -161,8 +181,10 @@ def build_from_checkout(co: Checkout, out_dir: Path) -> Path:
             )
     out_dir.mkdir(parents=True, exist_ok=True)
     before = set(out_dir.glob("*.whl"))
-    subproc.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out_dir), str(checkout / "python")],
-         f"building {checkout / 'python'} with upstream's build")
+    subproc.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out_dir), str(checkout / "python")],
+        f"building {checkout / 'python'} with upstream's build",
+    )
     made = sorted(set(out_dir.glob("*.whl")) - before)
     if not made:
         raise OverlayError(f"pip wheel produced no wheel from {checkout / 'python'}")

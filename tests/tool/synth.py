@@ -118,7 +118,7 @@ def make_wheel(path: Path, files: dict[str, str]) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def pin_wheel(ov: "Overlay", cache: Path, files: dict[str, str] | None = None) -> Path:
+def pin_wheel(ov: Overlay, cache: Path, files: dict[str, str] | None = None) -> Path:
     """The overlay's pinned wheel (sglang 1.0) in `cache`, its sha256 written into the manifest."""
     cache.mkdir(parents=True, exist_ok=True)
     wheel = cache / "sglang-1.0-py3-none-any.whl"
@@ -128,12 +128,14 @@ def pin_wheel(ov: "Overlay", cache: Path, files: dict[str, str] | None = None) -
     return wheel
 
 
-def pin_wheels(ov: "Overlay", cache: Path, wheels: dict[str, dict[str, str]]) -> list[Path]:
+def pin_wheels(ov: Overlay, cache: Path, wheels: dict[str, dict[str, str]]) -> list[Path]:
     """Several pinned wheels of sglang 1.0 (file name -> contents, one per Python tag) in `cache`,
     written into the manifest as `wheels = [...]` in this order."""
     cache.mkdir(parents=True, exist_ok=True)
     paths = [cache / name for name in wheels]
-    pins = ", ".join(f'{{ file = "{p.name}", sha256 = "{make_wheel(p, files)}" }}' for p, files in zip(paths, wheels.values()))
+    pins = ", ".join(
+        f'{{ file = "{p.name}", sha256 = "{make_wheel(p, files)}" }}' for p, files in zip(paths, wheels.values())
+    )
     manifest = ov.patches / "manifest.toml"
     text = manifest.read_text()
     single = f'wheel = "sglang-1.0-py3-none-any.whl"\nsha256 = "{"0" * 64}"\n'
@@ -161,8 +163,9 @@ def snapshot(repo: Path) -> tuple:
 
 def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "sgl_overlay", *args], capture_output=True, text=True,
-                          cwd=cwd, env=full_env)
+    return subprocess.run(
+        [sys.executable, "-m", "sgl_overlay", *args], capture_output=True, text=True, cwd=cwd, env=full_env
+    )
 
 
 # ----------------------------------------------------------------------------- fork-shaped checkouts
@@ -189,12 +192,13 @@ if __name__ == "__main__":
 KERNEL_TEST_FIXED = (
     KERNEL_TEST_PY.replace("from kern import copy\n", "from kern import copy\n\nMAX_N = 512\n")
     .replace("[64, 72]", "[16, 17, 32, 64, 72, 512]")
-    .replace('\n\nif __name__', '\n\ndef test_too_large():\n    pass\n\n\nif __name__')
+    .replace("\n\nif __name__", "\n\ndef test_too_large():\n    pass\n\n\nif __name__")
 )
 # Upstream's later edit of the same test file (an import on top, the exit code at the end): a
 # 3-way merge with the patch is clean, but merging the patch again into the result is not.
 KERNEL_TEST_UPSTREAM = "import sys\n\n" + KERNEL_TEST_PY.replace(
-    "    pytest.main([__file__])", "    sys.exit(pytest.main([__file__]))")
+    "    pytest.main([__file__])", "    sys.exit(pytest.main([__file__]))"
+)
 KT_MARKER = "python/sglang/srt/layers/moe/benchmark_kt_ep.py"  # a file only the KT fork has
 SGLANG_URL = "https://github.com/sgl-project/sglang"
 KT_URL = "https://github.com/kvcache-ai/sglang"
@@ -212,11 +216,14 @@ def add_kernel_target(ov: Overlay, tmp: Path, upstream: str) -> Path:
     git(work, "format-patch", "-q", "--full-index", "-U100000", "-o", str(out), "HEAD~1..HEAD")
     patch = next(out.glob("*.patch"))
     manifest = ov.patches / "manifest.toml"
-    manifest.write_text(manifest.read_text() + (
-        f'\n[targets.sgl-kernel]\nkind = "patch-context"\nversion = "abc"\nupstream = "{upstream}"\n'
-        f'commit = "abc"\ncontext = "full"\nmarker = "{KERNEL}"\npatches = ["{patch.name}"]\n\n'
-        f'[targets.sgl-kernel.preimages]\n"{KERNEL}" = "{blob(KERNEL_CU)}"\n"{KERNEL_TEST}" = "{blob(KERNEL_TEST_PY)}"\n'
-    ))
+    manifest.write_text(
+        manifest.read_text()
+        + (
+            f'\n[targets.sgl-kernel]\nkind = "patch-context"\nversion = "abc"\nupstream = "{upstream}"\n'
+            f'commit = "abc"\ncontext = "full"\nmarker = "{KERNEL}"\npatches = ["{patch.name}"]\n\n'
+            f'[targets.sgl-kernel.preimages]\n"{KERNEL}" = "{blob(KERNEL_CU)}"\n"{KERNEL_TEST}" = "{blob(KERNEL_TEST_PY)}"\n'
+        )
+    )
     return patch
 
 
@@ -225,16 +232,20 @@ def make_fork_overlay(tmp: Path) -> Overlay:
     (project, sgl-project, no patches here) and `sgl-kernel` (component of sgl-project)."""
     ov = make_overlay(tmp, target="sglang-kt")
     manifest = ov.patches / "manifest.toml"
-    manifest.write_text(manifest.read_text().replace(
-        'upstream = "https://example.com/sglang-kt"', f'upstream = "{KT_URL}"\nmarker = "{KT_MARKER}"'
-    ) + f'\n[targets.sglang]\nkind = "wheel"\nversion = "1.0"\nupstream = "{SGLANG_URL}"\nproject_name = "sglang"\n'
-        f'wheel = "sglang-1.0-py3-none-any.whl"\nsha256 = "{"0" * 64}"\npatches = []\n')
+    manifest.write_text(
+        manifest.read_text().replace(
+            'upstream = "https://example.com/sglang-kt"', f'upstream = "{KT_URL}"\nmarker = "{KT_MARKER}"'
+        )
+        + f'\n[targets.sglang]\nkind = "wheel"\nversion = "1.0"\nupstream = "{SGLANG_URL}"\nproject_name = "sglang"\n'
+        f'wheel = "sglang-1.0-py3-none-any.whl"\nsha256 = "{"0" * 64}"\npatches = []\n'
+    )
     add_kernel_target(ov, tmp, SGLANG_URL)
     return ov
 
 
-def make_fork_checkout(ov: Overlay, dest: Path, kernel: str = KERNEL_CU, name: str = "sglang-kt",
-                       kernel_test: str = KERNEL_TEST_PY) -> Path:
+def make_fork_checkout(
+    ov: Overlay, dest: Path, kernel: str = KERNEL_CU, name: str = "sglang-kt", kernel_test: str = KERNEL_TEST_PY
+) -> Path:
     """A kvcache-ai/sglang-shaped clone: the KT package, the fork's marker file, and its own
     sgl-kernel/ copy. `kernel` and `kernel_test` are the fork's copy.cu and test, committed on
     top of the pinned ones (so a 3-way merge finds the pinned blobs in history, as in the real fork)."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from synth import MODEL_PY, cli, clone, edit_line, git, make_overlay, make_upstream, make_wheel, snapshot, write
 
 
@@ -33,7 +34,11 @@ def _checkout(tmp: Path, ov) -> Path:
 
 def _commit_conflicting_change(co: Path) -> None:
     """A local commit on the line patch 0002 changes: it conflicts even under -3."""
-    write(co, "python/sglang/hook.py", edit_line((co / "python/sglang/hook.py").read_text(), "hook 5\n", "hook 5 theirs\n"))
+    write(
+        co,
+        "python/sglang/hook.py",
+        edit_line((co / "python/sglang/hook.py").read_text(), "hook 5\n", "hook 5 theirs\n"),
+    )
     git(co, "commit", "-qam", "conflicting local change")
 
 
@@ -230,12 +235,17 @@ def test_ctrl_c_rolls_back(tmp_path: Path, when: str) -> None:
     marker, count = tmp_path / "hook-ran", tmp_path / "hook-count"
     stop_at = 1 if when == "during" else 2
     hook = co / ".git" / "hooks" / "post-applypatch"  # runs after each patch is committed
-    hook.write_text(f"#!/bin/sh\necho x >> {count}\n"
-                    f"if [ $(wc -l < {count}) -eq {stop_at} ]; then touch {marker}; sleep 3; fi\n")
+    hook.write_text(
+        f"#!/bin/sh\necho x >> {count}\nif [ $(wc -l < {count}) -eq {stop_at} ]; then touch {marker}; sleep 3; fi\n"
+    )
     hook.chmod(0o755)
     before = snapshot(co)
-    proc = subprocess.Popen([sys.executable, "-m", "sgl_overlay", "--patches", str(ov.patches), "apply",
-                             "--checkout", str(co)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sgl_overlay", "--patches", str(ov.patches), "apply", "--checkout", str(co)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 30
     while not marker.exists() and time.time() < deadline:
         time.sleep(0.02)
@@ -244,6 +254,7 @@ def test_ctrl_c_rolls_back(tmp_path: Path, when: str) -> None:
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, (out, err)
     assert err.strip().splitlines() == [
-        f"sgl-overlay: error: interrupted: apply rolled back, {co} is as before (HEAD {before[0][:12]})"], err
+        f"sgl-overlay: error: interrupted: apply rolled back, {co} is as before (HEAD {before[0][:12]})"
+    ], err
     assert not (co / ".git" / "rebase-apply").exists()
     assert snapshot(co) == before

@@ -7,9 +7,27 @@ import re
 from pathlib import Path
 
 import pytest
+
 from synth import (
-    AOT, HOOK_PY, KERNEL, KERNEL_CU, KERNEL_TEST, KERNEL_TEST_FIXED, KERNEL_TEST_PY, KERNEL_TEST_UPSTREAM, MODEL_PY,
-    add_kernel_target, cli, clone, edit_line, git, make_fork_checkout, make_fork_overlay, make_overlay, snapshot, write,
+    AOT,
+    HOOK_PY,
+    KERNEL,
+    KERNEL_CU,
+    KERNEL_TEST,
+    KERNEL_TEST_FIXED,
+    KERNEL_TEST_PY,
+    KERNEL_TEST_UPSTREAM,
+    MODEL_PY,
+    add_kernel_target,
+    cli,
+    clone,
+    edit_line,
+    git,
+    make_fork_checkout,
+    make_fork_overlay,
+    make_overlay,
+    snapshot,
+    write,
 )
 
 STATE = re.compile(r"^  (.+?)\s{2,}(\S+\.patch)", re.M)
@@ -33,13 +51,17 @@ def _kernel_lines(out: str) -> list[str]:
 FORK_KERNELS = {
     "applies": (KERNEL_CU, r"its patch applies here: add it with `sgl-overlay apply -t sgl-kernel --checkout "),
     # A change far from the patch's hunk: the full-context patch fails exactly, merges 3-way.
-    "applies with 3-way": (edit_line(KERNEL_CU, "kernel 2\n", "kernel 2 fork\n"),
-                           r"its patch applies with a 3-way merge here: add it with `sgl-overlay apply -t sgl-kernel"),
+    "applies with 3-way": (
+        edit_line(KERNEL_CU, "kernel 2\n", "kernel 2 fork\n"),
+        r"its patch applies with a 3-way merge here: add it with `sgl-overlay apply -t sgl-kernel",
+    ),
     # The line the patch changes is gone (the real fork's copy.cu lacks the N == 32 branch).
     # The hunk is named by the patch narrowed to one line of context: line 14 is where it starts.
-    "conflicts": (edit_line(KERNEL_CU, "kernel 15\n", ""),
-                  r"conflicts here \(patch failed: sgl-kernel/csrc/elementwise/copy\.cu:14\): sgl-kernel/csrc/elementwise/"
-                  r"copy\.cu is blob [0-9a-f]{12}, the patch is written for [0-9a-f]{12}; it needs a variant for this file$"),
+    "conflicts": (
+        edit_line(KERNEL_CU, "kernel 15\n", ""),
+        r"conflicts here \(patch failed: sgl-kernel/csrc/elementwise/copy\.cu:14\): sgl-kernel/csrc/elementwise/"
+        r"copy\.cu is blob [0-9a-f]{12}, the patch is written for [0-9a-f]{12}; it needs a variant for this file$",
+    ),
 }
 
 
@@ -57,7 +79,9 @@ def test_kt_fork_plain_apply_applies_kt_and_says_one_line_about_sgl_kernel(tmp_p
     lines = _kernel_lines(out)
     assert len(lines) == 1 and re.search(said, lines[0]), out
     assert git(co, "log", "--format=%s", "-2").splitlines() == [
-        "hook: fix line 5 and model line 30", "model: fix line 10"]
+        "hook: fix line 5 and model line 30",
+        "model: fix line 10",
+    ]
     assert (co / KERNEL).read_text() == kernel  # the optional target is left alone
 
     # `-t sgl-kernel` keeps all-or-nothing: it applies where the line said so, else nothing changes.
@@ -66,15 +90,18 @@ def test_kt_fork_plain_apply_applies_kt_and_says_one_line_about_sgl_kernel(tmp_p
     if case == "conflicts":
         err = proc.stderr.strip().splitlines()
         assert proc.returncode == 1 and len(err) == 1, proc.stderr
-        assert re.search(r"sgl-kernel/0001-.*\.patch conflicts in .*: patch failed: sgl-kernel/csrc/elementwise/"
-                         r"copy\.cu:14; tree left unchanged", err[0]), err[0]
+        assert re.search(
+            r"sgl-kernel/0001-.*\.patch conflicts in .*: patch failed: sgl-kernel/csrc/elementwise/"
+            r"copy\.cu:14; tree left unchanged",
+            err[0],
+        ), err[0]
         assert snapshot(co) == before
     else:
         assert proc.returncode == 0, proc.stderr
         assert "kernel 15 fixed" in (co / KERNEL).read_text() and (co / KERNEL_TEST).read_text() == KERNEL_TEST_FIXED
         assert _kernel_lines(_run(*base, "apply", "--checkout", str(co))) == [
-            "sgl-kernel: applied here too (sgl-kernel/ here is kvcache-ai/sglang's own copy, not "
-            "sgl-project/sglang's)"]
+            "sgl-kernel: applied here too (sgl-kernel/ here is kvcache-ai/sglang's own copy, not sgl-project/sglang's)"
+        ]
 
 
 def test_full_context_patch_merged_3way_counts_as_applied(tmp_path: Path) -> None:
@@ -117,7 +144,8 @@ def test_sgl_project_checkout_keeps_sgl_kernel_required(tmp_path: Path) -> None:
     proc = cli("--patches", str(ov.patches), "apply", "--checkout", str(co))
     assert proc.returncode == 1 and re.fullmatch(
         r"sgl-overlay: error: sgl-kernel/0001-.*\.patch conflicts in .*; tree left unchanged \(see `sgl-overlay status`\)\n",
-        proc.stderr), proc.stderr
+        proc.stderr,
+    ), proc.stderr
     assert snapshot(co) == before
 
 
@@ -145,7 +173,8 @@ def test_moved_kernel_folder_same_blob_applies_with_paths_mapped(tmp_path: Path)
     out = _run(*base, "apply", "--checkout", str(co))
     assert _kernel_lines(out) == [
         "sgl-kernel: not applied (sgl-project/sglang moved sgl-kernel/ to python/sglang/kernels/aot/ (PR #32648); "
-        f"its patches map there); its patch applies here: add it with `sgl-overlay apply -t sgl-kernel --checkout {co}`"]
+        f"its patches map there); its patch applies here: add it with `sgl-overlay apply -t sgl-kernel --checkout {co}`"
+    ]
     out = _run(*base, "apply", "-t", "sgl-kernel", "--checkout", str(co))
     assert "applied 1 patch(es)" in out
     assert "kernel 15 fixed" in (co / AOT / "csrc/elementwise/copy.cu").read_text()
@@ -162,8 +191,11 @@ def test_moved_kernel_folder_other_blob_names_the_variant_needed(tmp_path: Path)
     co = _moved_checkout(tmp_path, ov, edit_line(KERNEL_CU, "kernel 15\n", "kernel 15 upstream's own fix\n"))
     out = _run("--patches", str(ov.patches), "apply", "--checkout", str(co))
     (line,) = _kernel_lines(out)
-    assert re.search(r"conflicts here \(.*\): python/sglang/kernels/aot/csrc/elementwise/copy\.cu is blob "
-                     r"[0-9a-f]{12}, the patch is written for [0-9a-f]{12}; it needs a variant for this file$", line)
+    assert re.search(
+        r"conflicts here \(.*\): python/sglang/kernels/aot/csrc/elementwise/copy\.cu is blob "
+        r"[0-9a-f]{12}, the patch is written for [0-9a-f]{12}; it needs a variant for this file$",
+        line,
+    )
 
 
 def test_revert_with_commits_on_top_then_apply_again(tmp_path: Path) -> None:
@@ -179,12 +211,15 @@ def test_revert_with_commits_on_top_then_apply_again(tmp_path: Path) -> None:
     write(co, "NOTES", "two\n")
     git(co, "commit", "-qam", "local two")
     assert "(git revert)" in _run(*base, "revert", "--checkout", str(co))
-    assert (co / "python/sglang/model.py").read_text() == MODEL_PY and (co / "python/sglang/hook.py").read_text() == HOOK_PY
+    assert (co / "python/sglang/model.py").read_text() == MODEL_PY and (
+        co / "python/sglang/hook.py"
+    ).read_text() == HOOK_PY
 
     assert _states(_run(*base, "status", "--checkout", str(co))) == ["applicable", "applicable"]
     before = snapshot(co)
     assert _run(*base, "revert", "--checkout", str(co)) == (
-        f"nothing to revert: no overlay patch is applied in {co} (sglang: applicable, applicable)\n")
+        f"nothing to revert: no overlay patch is applied in {co} (sglang: applicable, applicable)\n"
+    )
     assert snapshot(co) == before
     assert "applied 2 patch(es)" in _run(*base, "apply", "--checkout", str(co))
     assert _states(_run(*base, "status", "--checkout", str(co))) == ["applied", "applied"]
@@ -204,7 +239,8 @@ def test_status_reads_uncommitted_working_files(tmp_path: Path) -> None:
     out = _run(*base, "status", "--checkout", str(co))
     assert out.splitlines()[0] == (
         "note: 2 file(s) have uncommitted changes (2 touched by the patches; first: python/sglang/hook.py): the "
-        "states below read the working files, not HEAD; apply and revert refuse until they are committed or stashed")
+        "states below read the working files, not HEAD; apply and revert refuse until they are committed or stashed"
+    )
     assert _states(out) == ["applied", "applicable"]
     assert snapshot(co) == before  # the user's index and files as they were
 
@@ -216,7 +252,10 @@ def test_status_warning_names_the_working_blob(tmp_path: Path) -> None:
     write(co, "python/sglang/model.py", edited)
     out = _run("--patches", str(ov.patches), "status", "--checkout", str(co))
     blob = git(co, "hash-object", "python/sglang/model.py")
-    assert f"python/sglang/model.py: expected blob {git(co, 'rev-parse', 'HEAD:python/sglang/model.py')}, found {blob}" in out
+    assert (
+        f"python/sglang/model.py: expected blob {git(co, 'rev-parse', 'HEAD:python/sglang/model.py')}, found {blob}"
+        in out
+    )
     assert _states(out) == ["applicable", "applicable"]
 
 
@@ -231,7 +270,9 @@ def test_squash_merge_upstream_is_already_upstream_for_apply_too(tmp_path: Path)
     before = snapshot(co)
     assert _run(*base, "apply", "--checkout", str(co)) == (
         f"already upstream: 2 patch(es) in {co} (the files hold their change, not from overlay commits); "
-        "nothing to do\n")
+        "nothing to do\n"
+    )
     assert _run(*base, "revert", "--checkout", str(co)) == (
-        f"nothing to revert: no overlay patch is applied in {co} (sglang: already upstream, already upstream)\n")
+        f"nothing to revert: no overlay patch is applied in {co} (sglang: already upstream, already upstream)\n"
+    )
     assert snapshot(co) == before

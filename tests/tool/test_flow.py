@@ -6,7 +6,18 @@ import re
 from pathlib import Path
 
 from synth import (
-    HOOK_PY, MODEL_PY, blob, cli, clone, edit_line, git, make_overlay, make_upstream, pin_wheel, snapshot, write,
+    HOOK_PY,
+    MODEL_PY,
+    blob,
+    cli,
+    clone,
+    edit_line,
+    git,
+    make_overlay,
+    make_upstream,
+    pin_wheel,
+    snapshot,
+    write,
 )
 
 
@@ -72,7 +83,10 @@ def test_user_checkout_warns_on_other_preimage_and_applies(tmp_path: Path) -> No
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"warning: sglang: pre-image differs: python/sglang/model\.py: expected blob", proc.stdout)
     assert git(co, "log", "--format=%s", "-3").splitlines() == [
-        "hook: fix line 5 and model line 30", "model: fix line 10", "their change"]
+        "hook: fix line 5 and model line 30",
+        "model: fix line 10",
+        "their change",
+    ]
     assert "line 1 local" in (co / "python/sglang/model.py").read_text()  # their change kept
     # Their commit on top of ours: revert must use `git revert`, keeping their commit.
     write(co, "NOTES", "mine\n")

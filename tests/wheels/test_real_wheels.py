@@ -18,7 +18,6 @@ import pytest
 
 from helpers import REPO_ROOT as REPO
 from helpers import check_record
-
 from sgl_overlay.gitutil import hash_bytes
 from sgl_overlay.manifest import load_manifest
 from sgl_overlay.patchfile import Series
@@ -48,9 +47,11 @@ def _dirs(stock_file: str) -> tuple[Path, Path]:
 
 
 def _files(root: Path) -> dict[str, Path]:
-    return {str(p.relative_to(root)): p for p in root.rglob("*")
-            if p.is_file() and ".dist-info" not in str(p.relative_to(root)).split("/")[0]
-            and "__pycache__" not in p.parts}
+    return {
+        str(p.relative_to(root)): p
+        for p in root.rglob("*")
+        if p.is_file() and ".dist-info" not in str(p.relative_to(root)).split("/")[0] and "__pycache__" not in p.parts
+    }
 
 
 def _dist_info(root: Path, name: str) -> Path:
@@ -59,8 +60,9 @@ def _dist_info(root: Path, name: str) -> Path:
 
 
 def _wheel_tags(dist_info: Path) -> list[str]:
-    return [line.split(": ", 1)[1] for line in (dist_info / "WHEEL").read_text().splitlines()
-            if line.startswith("Tag: ")]
+    return [
+        line.split(": ", 1)[1] for line in (dist_info / "WHEEL").read_text().splitlines() if line.startswith("Tag: ")
+    ]
 
 
 @pytest.mark.parametrize("target,wheel", WHEELS, ids=IDS)
@@ -71,8 +73,12 @@ def test_local_label_and_record(target: str, wheel: str) -> None:
     info = _dist_info(patched, target)
     assert info.name == f"{target.replace('-', '_')}-{version}.dist-info"
     assert _wheel_tags(info) == _wheel_tags(_dist_info(stock, target)), "the patched wheel changed its tags"
-    show = subprocess.run([sys.executable, "-m", "pip", "show", target], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(patched)})
+    show = subprocess.run(
+        [sys.executable, "-m", "pip", "show", target],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(patched)},
+    )
     assert f"Version: {version}" in show.stdout, show.stdout + show.stderr
     assert check_record(patched, info) > 1000  # console scripts: pip --target puts them under bin/
 
@@ -88,8 +94,9 @@ def test_only_patched_files_differ(target: str, wheel: str) -> None:
     added = {rel for rel, blob in changes.items() if rel not in s_files}
     assert set(p_files) - set(s_files) == added
     assert set(s_files) - set(p_files) == {rel for rel, blob in changes.items() if blob is None}
-    differing = {rel for rel in s_files.keys() & p_files.keys()
-                 if s_files[rel].read_bytes() != p_files[rel].read_bytes()}
+    differing = {
+        rel for rel in s_files.keys() & p_files.keys() if s_files[rel].read_bytes() != p_files[rel].read_bytes()
+    }
     assert differing == {rel for rel in changes if rel in s_files and changes[rel] is not None}
     for rel, blob in changes.items():
         if blob is not None:
@@ -131,8 +138,9 @@ def test_cp312_wheel_in_a_python_312_venv() -> None:
     python = VENV_312 / "bin" / "python"
     if not python.is_file():
         pytest.fail(f"{python} missing: run `make test-wheels` (scripts/install_wheels.sh makes it)")
-    version = subprocess.run([str(python), "-c", "import sys; print(*sys.version_info[:2])"],
-                             capture_output=True, text=True, check=True).stdout.split()
+    version = subprocess.run(
+        [str(python), "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert version == ["3", "12"]
     target = MANIFEST.get("sglang")
     show = subprocess.run([str(python), "-m", "pip", "show", "sglang"], capture_output=True, text=True)
@@ -147,8 +155,11 @@ def test_cp312_wheel_in_a_python_312_venv() -> None:
 
     # Why the cp312 twin exists: pip refuses the cp311 wheel on Python 3.12.
     cp311 = REPO / "dist" / patched_wheel_name(wheel_for_python(target, (3, 11)).file, MANIFEST.local_version)
-    refused = subprocess.run([str(python), "-m", "pip", "install", "--dry-run", "--no-deps", "--no-index", str(cp311)],
-                             capture_output=True, text=True)
+    refused = subprocess.run(
+        [str(python), "-m", "pip", "install", "--dry-run", "--no-deps", "--no-index", str(cp311)],
+        capture_output=True,
+        text=True,
+    )
     assert refused.returncode != 0 and "is not a supported wheel on this platform" in refused.stderr, refused.stderr
 
     tool = VENV_312 / "bin" / "sgl-overlay"
@@ -156,8 +167,9 @@ def test_cp312_wheel_in_a_python_312_venv() -> None:
     assert good.returncode == 0, good.stdout + good.stderr
     assert f"environment: {python}" in good.stdout and good.stdout.count("[ok] sglang:") == len(target.patches)
     cp312 = wheel_for_python(target, (3, 12)).file
-    bad = subprocess.run([str(tool), "doctor", "--no-live", "--site", str(_dirs(cp312)[0])],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [str(tool), "doctor", "--no-live", "--site", str(_dirs(cp312)[0])], capture_output=True, text=True
+    )
     assert bad.returncode == 1, bad.stdout + bad.stderr
     fix = f"fix: pip install --no-deps --force-reinstall {REPO / 'dist' / patched_wheel_name(cp312, MANIFEST.local_version)}"
     assert bad.stdout.count(fix) == len(target.patches), bad.stdout

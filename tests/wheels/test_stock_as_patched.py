@@ -25,9 +25,22 @@ def test_stock_wheel_in_the_patched_role_fails_on_an_assertion(target: str, tmp_
     xml = tmp_path / "junit.xml"
     env = {**os.environ, env_key("PATCHED", target): str(stock)}
     proc = subprocess.run(
-        [REPO / ".venvs" / target / "bin" / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
-         f"--junitxml={xml}", SUITES[target]],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=1800,
+        [
+            REPO / ".venvs" / target / "bin" / "python",
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-x",
+            f"--junitxml={xml}",
+            SUITES[target],
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
     log = REPO / "build" / f"stock-as-patched-{target}.log"
     log.write_text(proc.stdout + proc.stderr)
