@@ -17,6 +17,36 @@ from sgl_overlay.patchfile import Series
 from sgl_overlay.series import State
 from sgl_overlay.verify import verify_tree
 
+Option = tuple[tuple[str, ...], dict]
+
+
+def opt(*flags: str, **kwargs) -> Option:
+    """One command-line option of a command: `add_argument`'s arguments."""
+    return flags, kwargs
+
+
+@dataclass(frozen=True)
+class Command:
+    func: Callable[[argparse.Namespace, Context], int]
+    help: str  # one line in `sgl-overlay --help`
+    description: str  # what the command does, in `sgl-overlay <command> --help`
+    options: tuple[Option, ...]
+    targets: bool  # takes --target
+    checkout: bool  # takes --checkout
+
+
+COMMANDS: dict[str, Command] = {}  # in the order `--help` lists them
+
+
+def command(help: str, description: str, *options: Option, targets: bool = True, checkout: bool = False):
+    """Register `cmd_<name>` as the command <name>."""
+
+    def register(func: Callable[[argparse.Namespace, Context], int]) -> Callable[[argparse.Namespace, Context], int]:
+        COMMANDS[func.__name__.removeprefix("cmd_")] = Command(func, help, description, options, targets, checkout)
+        return func
+
+    return register
+
 
 @dataclass(frozen=True)
 class Context:
@@ -40,6 +70,21 @@ class Context:
         return result
 
 
+def _python_version(text: str) -> str:
+    parts = text.split(".")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Python version like 3.12")
+    return text
+
+
+@command(
+    "download the pinned wheels and lay each target out as a git tree",
+    "Download each pinned wheel (cached, sha256 checked) and lay the target out under build/trees/<target> as a "
+    "git checkout with one commit, tagged `upstream`. sgl-kernel's pre-images come from its full-context patch, "
+    "with no network.",
+    opt("--offline", action="store_true", help="use only the cache; fail if a wheel is missing"),
+    opt("--force", action="store_true", help="lay trees out again even if they exist"),
+)
 def cmd_fetch(args: argparse.Namespace, ctx: Context) -> int:
     for target in ctx.manifest.select(args.target):
         if target.kind == Kind.WHEEL:
@@ -50,6 +95,14 @@ def cmd_fetch(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
+@command(
+    "apply the patch series (all or nothing)",
+    "Apply every pending patch with one `git am -3`; on a failure or Ctrl-C the tree is rolled back. Patches "
+    "already in are reported, not applied again. A target that is optional in a checkout (a fork's own "
+    "sgl-kernel/, a moved folder) gets one line saying what its patch would do; -t NAME applies it.",
+    opt("--strict", action="store_true", help="refuse when a pinned pre-image blob differs"),
+    checkout=True,
+)
 def cmd_apply(args: argparse.Namespace, ctx: Context) -> int:
     for co in ctx.checkouts(args):
         for line in operations.apply(co, args.strict):
@@ -57,6 +110,12 @@ def cmd_apply(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
+@command(
+    "say what apply would do, touching nothing (exit 1 if it would fail)",
+    "Report what apply would do, touching nothing; exit 1 when it would fail.",
+    opt("--strict", action="store_true", help="treat a differing pre-image blob as a failure"),
+    checkout=True,
+)
 def cmd_check(args: argparse.Namespace, ctx: Context) -> int:
     ok = True
     for co in ctx.checkouts(args):
@@ -78,6 +137,12 @@ def cmd_check(args: argparse.Namespace, ctx: Context) -> int:
     return 0 if ok else 1
 
 
+@command(
+    "list each patch's state in a checkout",
+    "List each patch as applied, applicable, applicable (3-way), conflicting, already upstream or target file "
+    "absent, read from the files (uncommitted working files included); the tree is not touched.",
+    checkout=True,
+)
 def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     ok = True
     for co in ctx.checkouts(args):
@@ -114,6 +179,12 @@ def _print_status(co: Checkout) -> bool:
     return ok
 
 
+@command(
+    "remove exactly the overlay's commits",
+    "Remove the commits made from the overlay's patches (reset when they are on top, `git revert` otherwise); "
+    "refuses a dirty tree.",
+    checkout=True,
+)
 def cmd_revert(args: argparse.Namespace, ctx: Context) -> int:
     for co in ctx.checkouts(args):
         for line in operations.revert(co):
@@ -121,6 +192,11 @@ def cmd_revert(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
+@command(
+    "prove each laid-out tree is the pinned pre-images plus the patches",
+    "Check that each laid-out tree's `upstream` commit holds the pinned blobs and HEAD the series' final "
+    "post-image blobs.",
+)
 def cmd_verify(args: argparse.Namespace, ctx: Context) -> int:
     problems = []
     for co in ctx.checkouts(args):
@@ -137,6 +213,11 @@ def cmd_verify(args: argparse.Namespace, ctx: Context) -> int:
     return 1 if problems else 0
 
 
+@command(
+    "(maintainers) write a laid-out tree's commits back as the series",
+    "Write the commits on top of `upstream` in build/trees/<target> to patches/<target>/ with "
+    "`git format-patch --full-index`; the file names must match the manifest's list.",
+)
 def cmd_export(args: argparse.Namespace, ctx: Context) -> int:
     for target in ctx.manifest.select(args.target):
         for line in export.export_series(target, ctx.trees / target.name):
@@ -144,6 +225,25 @@ def cmd_export(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
+@command(
+    "build patched wheels into a folder",
+    "Build the patched twin of each pinned wheel from the verified tree (same tags, local version label). With "
+    "--checkout: upstream's own build of the checkout's python/, once the series is in.",
+    opt("--out", type=Path, default=Path("dist"), help="output folder (default: dist)"),
+    opt(
+        "--print-names",
+        action="store_true",
+        help="build nothing; print one line per pinned wheel: target, "
+        "Python tag, stock wheel, patched wheel, pip options that install it with its own tags",
+    ),
+    opt(
+        "--for-python",
+        metavar="X.Y",
+        type=_python_version,
+        help="with --print-names: only the wheel pip picks for this Python",
+    ),
+    checkout=True,
+)
 def cmd_wheels(args: argparse.Namespace, ctx: Context) -> int:
     out_dir = args.out.resolve()
     if args.print_names:
@@ -168,6 +268,21 @@ def cmd_wheels(args: argparse.Namespace, ctx: Context) -> int:
     return 0
 
 
+@command(
+    "check which fixes an environment has (exit 1 when one is missing)",
+    "Check an installed environment: each patch's files against its post-image blobs, sgl-kernel-ext installed "
+    "and wired in, and with a GPU a live N=16 copy. Prints the command that fixes what is missing.",
+    opt("--python", default=doctor.default_python(), help="interpreter of the environment to inspect"),
+    opt("--dist", type=Path, default=None, help="where the patched wheels are (default: <repo>/dist)"),
+    opt(
+        "--site",
+        type=Path,
+        default=None,
+        help="also look in this folder (an install made with `pip install --target DIR`)",
+    ),
+    opt("--no-live", action="store_true", help="skip the live GPU copy"),
+    targets=False,
+)
 def cmd_doctor(args: argparse.Namespace, ctx: Context) -> int:
     dist = (args.dist or ctx.root / "dist").resolve()
     lines, ok = doctor.doctor(ctx.manifest, args.python, dist, not args.no_live, args.site)
@@ -175,6 +290,21 @@ def cmd_doctor(args: argparse.Namespace, ctx: Context) -> int:
     return 0 if ok else 1
 
 
+@command(
+    "which released versions each patch applies to, and its tests there",
+    "Try each patch on each released version of its target and run its own tests there; write compat-matrix.md "
+    "and compat-matrix.json. Conflicts and failing tests are results: only tool errors exit non-zero. "
+    "docs/DESIGN.md explains the method.",
+    opt(
+        "--versions",
+        action="append",
+        metavar="[T=]V1,V2",
+        help="versions to cover instead of the manifest's; T=... per target, repeatable",
+    ),
+    opt("--out", type=Path, default=None, help="output folder (default: <repo>/docs)"),
+    opt("--no-tests", action="store_true", help="classify only; do not run the patches' tests"),
+    opt("--offline", action="store_true", help="use only the wheel cache"),
+)
 def cmd_matrix(args: argparse.Namespace, ctx: Context) -> int:
     opts = matrix.Options(
         root=ctx.root,
@@ -200,205 +330,51 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message}; see `{self.prog} --help`")
 
 
-def _python_version(text: str) -> str:
-    parts = text.split(".")
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a Python version like 3.12")
-    return text
-
-
-def _command(
-    sub,
-    name: str,
-    func: Callable[[argparse.Namespace, Context], int],
-    help: str,
-    description: str,
-    targets: bool = True,
-    checkout: bool = False,
-) -> argparse.ArgumentParser:
-    p = sub.add_parser(name, help=help, description=description)
-    p.set_defaults(func=func)
-    if targets:
-        p.add_argument(
-            "--target",
-            "-t",
-            action="append",
-            metavar="NAME",
-            help="limit to this target (sglang, sglang-kt, sgl-kernel); repeatable",
-        )
-    if checkout:
-        p.add_argument(
-            "--checkout",
-            "-C",
-            type=Path,
-            metavar="PATH",
-            help="a git checkout of sgl-project/sglang or kvcache-ai/sglang "
-            "(default: the trees `fetch` laid out under build/trees)",
-        )
-    return p
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="sgl-overlay",
-        description="Fixes for SGLang MoE serving as upstream-shaped patches: fetch the pinned "
-        "upstream trees, apply the patches with `git am -3`, verify, build patched wheels.",
+        description="Fixes for SGLang MoE serving as upstream-shaped patches: fetch the pinned upstream trees, "
+        "apply the patches with `git am -3`, verify, build patched wheels.",
         epilog="Exit codes: 0 ok, 1 failure, 2 usage error, 130 interrupted (tree rolled back).",
     )
     parser.add_argument("--version", action="version", version=f"sgl-overlay {__version__}")
-    parser.add_argument(
+    for flags, kwargs in GLOBAL_OPTIONS:
+        parser.add_argument(*flags, **kwargs)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for name, cmd in COMMANDS.items():
+        p = sub.add_parser(name, help=cmd.help, description=cmd.description)
+        p.set_defaults(func=cmd.func)
+        options = (TARGET_OPTION,) * cmd.targets + (CHECKOUT_OPTION,) * cmd.checkout + cmd.options
+        for flags, kwargs in options:
+            p.add_argument(*flags, **kwargs)
+    return parser
+
+
+GLOBAL_OPTIONS = (
+    opt(
         "--patches",
         type=Path,
-        default=None,
         metavar="DIR",
         help="the overlay's patches/ folder (default: $SGL_OVERLAY_PATCHES or this checkout's)",
-    )
-    parser.add_argument(
-        "--trees",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="where `fetch` lays out targets (default: <repo>/build/trees)",
-    )
-    parser.add_argument(
-        "--cache", type=Path, default=None, metavar="DIR", help="wheel download cache (default: <repo>/.cache/wheels)"
-    )
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-
-    p = _command(
-        sub,
-        "fetch",
-        cmd_fetch,
-        "download the pinned wheels and lay each target out as a git tree",
-        "Download each pinned wheel (cached, sha256 checked) and lay the target out under "
-        "build/trees/<target> as a git checkout with one commit, tagged `upstream`. sgl-kernel's "
-        "pre-images come from its full-context patch, with no network.",
-    )
-    p.add_argument("--offline", action="store_true", help="use only the cache; fail if a wheel is missing")
-    p.add_argument("--force", action="store_true", help="lay trees out again even if they exist")
-
-    p = _command(
-        sub,
-        "apply",
-        cmd_apply,
-        "apply the patch series (all or nothing)",
-        "Apply every pending patch with one `git am -3`; on a failure or Ctrl-C the tree is "
-        "rolled back. Patches already in are reported, not applied again. A target that is optional "
-        "in a checkout (a fork's own sgl-kernel/, a moved folder) gets one line saying what its "
-        "patch would do; -t NAME applies it.",
-        checkout=True,
-    )
-    p.add_argument("--strict", action="store_true", help="refuse when a pinned pre-image blob differs")
-
-    p = _command(
-        sub,
-        "check",
-        cmd_check,
-        "say what apply would do, touching nothing (exit 1 if it would fail)",
-        "Report what apply would do, touching nothing; exit 1 when it would fail.",
-        checkout=True,
-    )
-    p.add_argument("--strict", action="store_true", help="treat a differing pre-image blob as a failure")
-
-    _command(
-        sub,
-        "status",
-        cmd_status,
-        "list each patch's state in a checkout",
-        "List each patch as applied, applicable, applicable (3-way), conflicting, already upstream or "
-        "target file absent, read from the files (uncommitted working files included); the tree is "
-        "not touched.",
-        checkout=True,
-    )
-    _command(
-        sub,
-        "revert",
-        cmd_revert,
-        "remove exactly the overlay's commits",
-        "Remove the commits made from the overlay's patches (reset when they are on top, "
-        "`git revert` otherwise); refuses a dirty tree.",
-        checkout=True,
-    )
-    _command(
-        sub,
-        "verify",
-        cmd_verify,
-        "prove each laid-out tree is the pinned pre-images plus the patches",
-        "Check that each laid-out tree's `upstream` commit holds the pinned blobs and HEAD the "
-        "series' final post-image blobs.",
-    )
-    _command(
-        sub,
-        "export",
-        cmd_export,
-        "(maintainers) write a laid-out tree's commits back as the series",
-        "Write the commits on top of `upstream` in build/trees/<target> to patches/<target>/ with "
-        "`git format-patch --full-index`; the file names must match the manifest's list.",
-    )
-
-    p = _command(
-        sub,
-        "wheels",
-        cmd_wheels,
-        "build patched wheels into a folder",
-        "Build the patched twin of each pinned wheel from the verified tree (same tags, local "
-        "version label). With --checkout: upstream's own build of the checkout's python/, once the "
-        "series is in.",
-        checkout=True,
-    )
-    p.add_argument("--out", type=Path, default=Path("dist"), help="output folder (default: dist)")
-    p.add_argument(
-        "--print-names",
-        action="store_true",
-        help="build nothing; print one line per pinned wheel: target, Python tag, stock wheel, "
-        "patched wheel, pip options that install it with its own tags",
-    )
-    p.add_argument(
-        "--for-python",
-        metavar="X.Y",
-        type=_python_version,
-        help="with --print-names: only the wheel pip picks for this Python",
-    )
-
-    p = _command(
-        sub,
-        "doctor",
-        cmd_doctor,
-        "check which fixes an environment has (exit 1 when one is missing)",
-        "Check an installed environment: each patch's files against its post-image blobs, "
-        "sgl-kernel-ext installed and wired in, and with a GPU a live N=16 copy. Prints the "
-        "command that fixes what is missing.",
-        targets=False,
-    )
-    p.add_argument("--python", default=doctor.default_python(), help="interpreter of the environment to inspect")
-    p.add_argument("--dist", type=Path, default=None, help="where the patched wheels are (default: <repo>/dist)")
-    p.add_argument(
-        "--site",
-        type=Path,
-        default=None,
-        help="also look in this folder (an install made with `pip install --target DIR`)",
-    )
-    p.add_argument("--no-live", action="store_true", help="skip the live GPU copy")
-
-    p = _command(
-        sub,
-        "matrix",
-        cmd_matrix,
-        "which released versions each patch applies to, and its tests there",
-        "Try each patch on each released version of its target and run its own tests there; write "
-        "compat-matrix.md and compat-matrix.json. Conflicts and failing tests are results: only "
-        "tool errors exit non-zero. docs/DESIGN.md explains the method.",
-    )
-    p.add_argument(
-        "--versions",
-        action="append",
-        metavar="[T=]V1,V2",
-        help="versions to cover instead of the manifest's; T=... per target, repeatable",
-    )
-    p.add_argument("--out", type=Path, default=None, help="output folder (default: <repo>/docs)")
-    p.add_argument("--no-tests", action="store_true", help="classify only; do not run the patches' tests")
-    p.add_argument("--offline", action="store_true", help="use only the wheel cache")
-    return parser
+    ),
+    opt("--trees", type=Path, metavar="DIR", help="where `fetch` lays out targets (default: <repo>/build/trees)"),
+    opt("--cache", type=Path, metavar="DIR", help="wheel download cache (default: <repo>/.cache/wheels)"),
+)
+TARGET_OPTION = opt(
+    "--target",
+    "-t",
+    action="append",
+    metavar="NAME",
+    help="limit to this target (sglang, sglang-kt, sgl-kernel); repeatable",
+)
+CHECKOUT_OPTION = opt(
+    "--checkout",
+    "-C",
+    type=Path,
+    metavar="PATH",
+    help="a git checkout of sgl-project/sglang or kvcache-ai/sglang (default: the trees `fetch` "
+    "laid out under build/trees)",
+)
 
 
 def run(argv: list[str] | None = None) -> int:
