@@ -80,6 +80,23 @@ by hand. Machine-readable twin: [compat-matrix.json](compat-matrix.json). How it
 """
 
 
+def _detail(patch: str, v: dict) -> str:
+    """One bullet of the details: outcome, variant, why, and the tests' result."""
+    c = v["cells"][patch]
+    line = f"- `{patch}` @ {v['version']}: **{c['outcome']}**"
+    if c.get("variant"):
+        line += f" via variant `{c['patch_file']}`"
+    line += f" — {_md_escape(c['detail'])}"
+    tests = c.get("tests", {})
+    if tests.get("result", "n/a") != "n/a":
+        line += f"; tests: **{tests['result']}**"
+        if tests.get("reason"):
+            line += f" ({_md_escape(tests['reason'])})"
+        if tests.get("files"):
+            line += " [" + ", ".join(f"`{f}`" for f in tests["files"]) + "]"
+    return line
+
+
 def to_markdown(data: dict) -> str:
     out = [
         HEADER,
@@ -105,23 +122,7 @@ def to_markdown(data: dict) -> str:
             for p in t["patches"]:
                 out.append(f"| `{p}` | " + " | ".join(_short(v["cells"].get(p)) for v in versions) + " |")
             out += ["", "<details><summary>Details per patch and version</summary>", ""]
-            for p in t["patches"]:
-                for v in versions:
-                    c = v["cells"].get(p)
-                    if c is None:
-                        continue
-                    line = f"- `{p}` @ {v['version']}: **{c['outcome']}**"
-                    if c.get("variant"):
-                        line += f" via variant `{c['patch_file']}`"
-                    line += f" — {_md_escape(c['detail'])}"
-                    tests = c.get("tests", {})
-                    if tests.get("result", "n/a") != "n/a":
-                        line += f"; tests: **{tests['result']}**"
-                        if tests.get("reason"):
-                            line += f" ({_md_escape(tests['reason'])})"
-                        if tests.get("files"):
-                            line += " [" + ", ".join(f"`{f}`" for f in tests["files"]) + "]"
-                    out.append(line)
+            out += [_detail(p, v) for p in t["patches"] for v in versions if p in v["cells"]]
             out += ["", "</details>", ""]
         if t.get("variants"):
             out += ["Variants (per-version ports of a patch, `[[targets.<t>.variants]]`):", ""]
