@@ -149,9 +149,7 @@ def _pinned_wheels(where: str, raw: dict, kind: Kind) -> tuple[PinnedWheel, ...]
             pin = PinnedWheel(file=entry["file"], sha256=entry["sha256"])
             _, version, _, _ = parse_wheel_filename(pin.file)
         except KeyError as exc:
-            raise OverlayError(
-                f"{where.replace('target', 'a wheel of target', 1)} lacks key {exc}; see docs/DESIGN.md"
-            ) from None
+            raise OverlayError(f"{where}: a pinned wheel lacks key {exc}; see docs/DESIGN.md") from None
         except InvalidWheelFilename as exc:
             raise OverlayError(f"{where}: {exc}") from None
         if version != Version(str(raw["version"])):

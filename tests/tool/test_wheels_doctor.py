@@ -200,7 +200,7 @@ BAD_MANIFESTS = {
     ),
     "wheel without sha256": (
         lambda t: re.sub(r', sha256 = "[0-9a-f]+"', "", t, count=1),
-        r"a wheel of target 'sglang' lacks key 'sha256'",
+        r"target 'sglang': a pinned wheel lacks key 'sha256'",
     ),
     "wheel of another version": (
         lambda t: t.replace("sglang-1.0-cp39", "sglang-1.1-cp39"),
