@@ -5,7 +5,7 @@ SHELL := /bin/bash
 TOOL := .venv/bin/sgl-overlay
 PYTEST := -m pytest -q -p no:cacheprovider
 
-.PHONY: all venvs trees wheels test test-tool test-sglang test-sglang-kt test-kernel test-wheels test-launch matrix clean
+.PHONY: all venvs trees wheels lint test test-tool test-sglang test-sglang-kt test-kernel test-wheels test-launch matrix clean
 
 all: trees wheels
 
@@ -24,7 +24,13 @@ wheels: trees venvs
 	$(TOOL) wheels --out dist
 	.venvs/sglang/bin/python -m pip wheel -q --no-deps --no-build-isolation -w dist ./sgl_kernel_ext
 
-test: venvs trees test-tool test-sglang test-sglang-kt test-kernel test-wheels test-launch
+test: lint venvs trees test-tool test-sglang test-sglang-kt test-kernel test-wheels test-launch
+
+# ruff.toml: one format and lint configuration for the tool, the tests and the benchmarks.
+LINTED := python tests benchmarks
+lint: $(TOOL)
+	.venv/bin/ruff format --check $(LINTED)
+	.venv/bin/ruff check $(LINTED)
 
 test-tool: $(TOOL)
 	.venv/bin/python $(PYTEST) tests/tool
@@ -38,8 +44,10 @@ test-sglang-kt: venvs trees
 test-kernel: venvs trees
 	.venvs/sglang/bin/python $(PYTEST) tests/kernel
 
-# The patched wheels, installed: RECORD, byte diff against stock, doctor; then the K3 and KT
-# suites again, this time against the installed stock and patched wheels instead of the trees.
+# The patched wheels, every Python tag, installed: RECORD, byte diff against stock, doctor, the cp312
+# wheel in a Python 3.12 venv, and the stock wheels in the patched role failing the K3 and KT suites
+# (tests/wheels); then the K3 and KT suites against the installed stock and patched wheels (the first
+# pinned one: cp311 for sglang) instead of the trees.
 INSTALLED := $(CURDIR)/build/installed
 test-wheels: wheels
 	scripts/install_wheels.sh
@@ -48,15 +56,8 @@ test-wheels: wheels
 	  .venvs/sglang/bin/python $(PYTEST) tests/sglang
 	SGL_OVERLAY_STOCK_ROOT_SGLANG_KT=$(INSTALLED)/stock-sglang-kt SGL_OVERLAY_PATCHED_ROOT_SGLANG_KT=$(INSTALLED)/patched-sglang-kt \
 	  .venvs/sglang-kt/bin/python $(PYTEST) tests/sglang_kt
-	@# The stock wheels in the patched role must fail both suites on an assertion (log under build/).
-	! SGL_OVERLAY_PATCHED_ROOT_SGLANG=$(INSTALLED)/stock-sglang .venvs/sglang/bin/python $(PYTEST) -x tests/sglang \
-	  > build/stock-as-patched-sglang.log 2>&1 && grep -q AssertionError build/stock-as-patched-sglang.log \
-	  && echo "stock sglang wheel fails the K3 suite on an assertion, as expected (build/stock-as-patched-sglang.log)"
-	! SGL_OVERLAY_PATCHED_ROOT_SGLANG_KT=$(INSTALLED)/stock-sglang-kt .venvs/sglang-kt/bin/python $(PYTEST) -x tests/sglang_kt \
-	  > build/stock-as-patched-sglang-kt.log 2>&1 && grep -q AssertionError build/stock-as-patched-sglang-kt.log \
-	  && echo "stock sglang-kt wheel fails the KT suite on an assertion, as expected (build/stock-as-patched-sglang-kt.log)"
 
-# Stretch of issue 6: the patched wheel with its full dependency set, and the launch command.
+# The patched wheel with its full dependency set, installed as the README says, and the launch command.
 test-launch: wheels
 	scripts/test_launch.sh
 

@@ -149,7 +149,9 @@ def analyse(results: dict, resamples: int, seed: int) -> dict:
         }
         row["ratios"] = ratio_stats(blocks, resamples, seed)
         if int(key) in EXACT and "fallback/op" in row["ratios"]:
-            row["fallback_vs_exact"] = verdict(row["ratios"]["fallback/op"]["host_us"], row["ratios"]["op_again/op"]["host_us"])
+            row["fallback_vs_exact"] = verdict(
+                row["ratios"]["fallback/op"]["host_us"], row["ratios"]["op_again/op"]["host_us"]
+            )
         for name in ("fast_no_ce/op", "fast_pinned/op"):
             if name in row["ratios"]:
                 row["ratios"][name]["meets_target"] = row["ratios"][name]["host_us"]["median"] <= CALLER_TARGET
@@ -182,7 +184,9 @@ def to_markdown(report: dict) -> str:
         "|---|" + "---|" * len(METHODS),
     ]
     for key, row in report["results"].items():
-        cells = [f"{row['summary'][meth]['host_us']['median']:.2f}" if meth in row["summary"] else "-" for meth in METHODS]
+        cells = [
+            f"{row['summary'][meth]['host_us']['median']:.2f}" if meth in row["summary"] else "-" for meth in METHODS
+        ]
         lines.append(f"| {key}{' (exact)' if int(key) in EXACT else ''} | " + " | ".join(cells) + " |")
     lines += ["", "## Paired ratios to the bare op, host clock: median [95 % CI]", ""]
     names = [f"{a}/{b}" for a, b in RATIOS]
@@ -256,7 +260,9 @@ def plot(report: dict, path: Path) -> None:
     ax2.set_ylabel("paired ratio to the bare op (median, 95 % CI)")
     ax2.legend(fontsize=7)
     ax2.grid(alpha=0.3)
-    fig.suptitle(f"copy_to_gpu_no_ce and its caller, {report['machine'].get('gpu', '?')}, {report['machine'].get('date', '')}")
+    fig.suptitle(
+        f"copy_to_gpu_no_ce and its caller, {report['machine'].get('gpu', '?')}, {report['machine'].get('date', '')}"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -287,7 +293,11 @@ def _run(cmd: list[str]) -> str:
 
 def clocks() -> str:
     return _run(
-        ["nvidia-smi", "--query-gpu=clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw", "--format=csv,noheader"]
+        [
+            "nvidia-smi",
+            "--query-gpu=clocks.sm,clocks.mem,clocks.max.sm,temperature.gpu,power.draw",
+            "--format=csv,noheader",
+        ]
     )
 
 
@@ -295,13 +305,17 @@ def machine_info(torch=None) -> dict:
     cpu = ""
     try:
         cpu = next(
-            (ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")),
+            (
+                ln.split(":", 1)[1].strip()
+                for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")
+            ),
             "",
         )
     except OSError:
         pass
     info = {
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "hostname": socket.gethostname(),
         "python": platform.python_version(),
         "cpu": cpu,
@@ -504,7 +518,9 @@ def build_report(machine, args, results, errors, profile) -> dict:
         "results": analyse(results, args.bootstrap, args.seed),
         "profile": profile,
         "errors": errors,
-        "correct": "every method's output checked in every block: all correct" if not errors else f"{len(errors)} WRONG",
+        "correct": "every method's output checked in every block: all correct"
+        if not errors
+        else f"{len(errors)} WRONG",
     }
     return report
 
@@ -512,8 +528,17 @@ def build_report(machine, args, results, errors, profile) -> dict:
 def run_smoke(args) -> dict:
     """Synthetic samples (no GPU) through analyse/report/plot."""
     rng = random.Random(args.seed)
-    base = {"op": 6.0, "op_again": 6.0, "fallback": 6.1, "caller_no_ce": 14.0, "caller_pinned": 15.0,
-            "list_dispatcher": 9.0, "frombuffer": 12.0, "fast_no_ce": 6.5, "fast_pinned": 6.7}
+    base = {
+        "op": 6.0,
+        "op_again": 6.0,
+        "fallback": 6.1,
+        "caller_no_ce": 14.0,
+        "caller_pinned": 15.0,
+        "list_dispatcher": 9.0,
+        "frombuffer": 12.0,
+        "fast_no_ce": 6.5,
+        "fast_pinned": 6.7,
+    }
     results = {}
     for n in args.sizes:
         blocks = []

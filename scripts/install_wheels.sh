@@ -1,23 +1,48 @@
 #!/usr/bin/env bash
-# Install the stock pinned wheels and the patched ones from dist/ side by side, each with
-# `pip install --no-deps --target build/installed/{stock,patched}-<target>`, for the tests that
-# run against installed code (tests/wheels, and the sglang / sglang-kt suites via
-# SGL_OVERLAY_{STOCK,PATCHED}_ROOT_<TARGET>; see docs/DESIGN.md).
+# Install every pinned wheel and its patched twin from dist/ side by side, each with
+# `pip install --no-deps --target build/installed/{stock,patched}-<target>[-<python tag>]` and the
+# wheel's own tags (so cp312/cp313 install here too), for the tests that run against installed code:
+# tests/wheels, and the sglang / sglang-kt suites via SGL_OVERLAY_{STOCK,PATCHED}_ROOT_<TARGET>
+# (the first pinned wheel of a target, without a tag suffix: cp311 for sglang, this machine's
+# Python; see docs/DESIGN.md). build/installed/index.json lists what went where.
+# Then build/installed/venv-cp312: a real Python 3.12 venv with the patched cp312 sglang wheel
+# (--no-deps) and the tool, for `pip show` and `sgl-overlay doctor` as a Python 3.12 user runs them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
+TOOL=.venv/bin/sgl-overlay
+PIP_FLAGS=(-q --disable-pip-version-check --no-input --progress-bar off)
 rm -rf build/installed
-for target in sglang sglang-kt; do
-  # The exact pinned file and its patched twin, as the manifest names them.
-  read -r stock patched < <($PY - "$target" <<'PYEOF'
-import sys
-from sgl_overlay.wheels import patched_wheel_name
-from sgl_overlay.manifest import load_manifest
-m = load_manifest()
-print(f".cache/wheels/{m.get(sys.argv[1]).wheel}", f"dist/{patched_wheel_name(m.get(sys.argv[1]), m.local_version)}")
-PYEOF
-)
-  $PY -m pip install -q --disable-pip-version-check --no-deps --no-compile --target "build/installed/stock-$target" "$stock"
-  $PY -m pip install -q --disable-pip-version-check --no-deps --no-compile --target "build/installed/patched-$target" "$patched"
-  echo "installed $target: $(basename "$stock") and $(basename "$patched")"
+mkdir -p build/installed
+
+names=$($TOOL wheels --print-names --out dist)  # target, python tag, stock wheel, patched wheel, pip tag options
+entries=()
+previous=""
+while read -r -a f; do
+  target=${f[0]} tag=${f[1]}
+  suffix=""
+  [[ $target == "$previous" ]] && suffix="-$tag"  # the first pinned wheel of a target has no suffix
+  previous=$target
+  stock_dir=build/installed/stock-$target$suffix patched_dir=build/installed/patched-$target$suffix
+  $PY -m pip install "${PIP_FLAGS[@]}" --no-deps --no-compile --target "$stock_dir" "${f[@]:4}" "${f[2]}"
+  $PY -m pip install "${PIP_FLAGS[@]}" --no-deps --no-compile --target "$patched_dir" "${f[@]:4}" "${f[3]}"
+  entries+=("{\"target\": \"$target\", \"python_tag\": \"$tag\", \"stock\": \"$(basename "${f[2]}")\", \"stock_dir\": \"$stock_dir\", \"patched\": \"$(basename "${f[3]}")\", \"patched_dir\": \"$patched_dir\"}")
+  echo "installed $(basename "${f[2]}") and $(basename "${f[3]}") under $stock_dir, $patched_dir"
+done <<< "$names"
+(IFS=,; echo "[${entries[*]}]") > build/installed/index.json
+
+# A Python 3.12: $PYTHON312, python3.12 on PATH, or pyenv's (this machine image has 3.12.1 there).
+py312=""
+for cand in ${PYTHON312:-} python3.12 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12; do
+  if "$cand" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then py312=$cand; break; fi
 done
+if [[ -z $py312 ]]; then
+  echo "install_wheels.sh: no Python 3.12 found; install one (pyenv install 3.12) or set PYTHON312=/path/to/python3.12" >&2
+  exit 1
+fi
+read -r -a f <<< "$($TOOL wheels --print-names --out dist -t sglang --for-python 3.12)"
+VENV=build/installed/venv-cp312
+"$py312" -m venv "$VENV"
+"$VENV/bin/python" -m pip install "${PIP_FLAGS[@]}" -e ./python
+"$VENV/bin/python" -m pip install "${PIP_FLAGS[@]}" --no-deps "${f[3]}"
+echo "installed $(basename "${f[3]}") and sgl-overlay into $VENV ($("$VENV/bin/python" --version))"

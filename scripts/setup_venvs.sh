@@ -7,8 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 PIP_FLAGS=(--disable-pip-version-check --no-input --progress-bar off)
-# This machine's pip.conf lists local mirrors that lack most packages: drop that noise.
-exec 2> >(grep --line-buffered -v "^WARNING: Location 'file://" >&2)
 
 stamp_of() { cat "$@" 2>/dev/null | sha256sum | cut -d' ' -f1; }
 
@@ -27,12 +25,12 @@ ensure_venv() {  # dir, stamp, install-command...
   echo "venv $dir: built in $((SECONDS - t0)) s, $(du -sh "$dir" | cut -f1)"
 }
 
-find_python() {  # X.Y -> an interpreter of that version: python3.Y on PATH, or pyenv's
-  local cand
-  for cand in "python$1" "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$1".*/bin/"python$1"; do
+find_python() {  # X.Y -> an interpreter of that version: $PYTHONXY, python3.Y on PATH, or pyenv's
+  local cand var="PYTHON${1//./}"
+  for cand in ${!var:-} "python$1" "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$1".*/bin/"python$1"; do
     if "$cand" -c "import sys; sys.exit(sys.version[:${#1}] != '$1')" 2>/dev/null; then echo "$cand"; return; fi
   done
-  echo "setup_venvs.sh: no Python $1 found (install one, e.g. pyenv install $1)" >&2; exit 1
+  echo "setup_venvs.sh: no Python $1 found (install one, e.g. pyenv install $1, or set $var)" >&2; exit 1
 }
 
 install_tool() { .venv/bin/python -m pip install -q "${PIP_FLAGS[@]}" -e python/ -r requirements/tool.txt; }

@@ -10,12 +10,12 @@ PIP=(-m pip install -q --disable-pip-version-check --progress-bar off)
 rm -rf "$VENV"
 python3 -m venv "$VENV"
 t0=$SECONDS
-# The patched wheel's file name and version, as the manifest derives them (install_wheels.sh too).
-read -r wheel version < <(.venv/bin/python -c 'from sgl_overlay.manifest import load_manifest
-from sgl_overlay.wheels import patched_wheel_name
-m = load_manifest(); t = m.get("sglang")
-print(f"dist/{patched_wheel_name(t, m.local_version)}", f"{t.version}+{m.local_version}")')
-"$VENV/bin/python" "${PIP[@]}" "$wheel" 2>&1 | grep -v "^WARNING: Location" || true
+# The patched wheel for the venv's Python (the twin of the pinned wheel pip would pick) and its version.
+python=$("$VENV/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+read -r -a f <<< "$(.venv/bin/sgl-overlay wheels --print-names --out dist -t sglang --for-python "$python")"
+wheel=${f[3]}
+version=$(basename "$wheel" | cut -d- -f2)
+"$VENV/bin/python" "${PIP[@]}" "$wheel"
 "$VENV/bin/python" "${PIP[@]}" --no-deps dist/sgl_kernel_ext-*.whl
 echo "full install: $((SECONDS - t0)) s, $(du -sh "$VENV" | cut -f1)"
 "$VENV/bin/python" -m pip show sglang | grep -x "Version: $version"

@@ -1,53 +1,27 @@
-"""Shared fixtures: where the stock and patched upstream code lives.
+"""Shared fixtures: where the stock and patched upstream code lives (docs/DESIGN.md).
 
-Only the standard library and pytest are used here, so every venv of the project can
-load this file (see docs/DESIGN.md).
+The helpers live in tests/helpers.py; they are imported here too, so `from conftest import ...`
+keeps working.
 """
 
 from __future__ import annotations
 
-import base64
-import csv
-import hashlib
-import json
 import os
-import subprocess
-import sys
-import tarfile
 from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-TREES = REPO_ROOT / "build" / "trees"
-
-
-def _env_key(kind: str, target: str) -> str:
-    return f"SGL_OVERLAY_{kind}_ROOT_{target.upper().replace('-', '_')}"
-
-
-def tree_dir(target: str) -> Path:
-    """The git tree `sgl-overlay fetch` laid out for a target."""
-    path = TREES / target
-    if not (path / ".git").exists():
-        pytest.fail(f"{path} is missing: run `make` (sgl-overlay fetch + apply) first")
-    return path
-
-
-def export_tree(target: str, dest: Path, rev: str = "upstream") -> Path:
-    """Export one commit of a target's tree: `upstream` is the stock pre-image, `HEAD`
-    the patched post-image."""
-    tree = tree_dir(target)
-    dest.mkdir(parents=True, exist_ok=True)
-    archive = dest / "tree.tar"
-    subprocess.run(
-        ["git", "-C", str(tree), "archive", "--format=tar", "-o", str(archive), rev],
-        check=True,
-    )
-    with tarfile.open(archive) as tar:
-        tar.extractall(dest, filter="data")
-    archive.unlink()
-    return dest
+from helpers import (  # noqa: F401 (re-exported for the suites that import them from conftest)
+    REPO_ROOT,
+    TREES,
+    check_record,
+    env_key,
+    export_tree,
+    in_patch_test,
+    run_probe,
+    run_pytest,
+    tree_dir,
+)
 
 
 @pytest.fixture(scope="session")
@@ -55,7 +29,7 @@ def patched_root():
     """Callable target -> directory that holds the patched package (`sglang/`)."""
 
     def get(target: str) -> Path:
-        override = os.environ.get(_env_key("PATCHED", target))
+        override = os.environ.get(env_key("PATCHED", target))
         if override:
             return Path(override)
         root = tree_dir(target)
@@ -64,22 +38,13 @@ def patched_root():
     return get
 
 
-def in_patch_test(target: str, rel: str) -> Path:
-    """A test file a patch adds, in the patched tree (also when the package under test
-    comes from an installed wheel, which does not ship upstream's test/ folder)."""
-    path = tree_dir(target) / rel
-    if not path.is_file():
-        pytest.fail(f"{path} is missing: the patched {target} tree lacks the in-patch test; run `make trees`")
-    return path
-
-
 @pytest.fixture(scope="session")
 def stock_root(tmp_path_factory):
     """Callable target -> directory that holds the unpatched package."""
     cache: dict[str, Path] = {}
 
     def get(target: str) -> Path:
-        override = os.environ.get(_env_key("STOCK", target))
+        override = os.environ.get(env_key("STOCK", target))
         if override:
             return Path(override)
         if target not in cache:
@@ -88,60 +53,3 @@ def stock_root(tmp_path_factory):
         return cache[target]
 
     return get
-
-
-def run_probe(root: Path, script: Path, *args: str, python: str = sys.executable,
-              extra_env: dict[str, str] | None = None, flags: tuple[str, ...] = (),
-              extra_path: tuple[Path, ...] = ()) -> dict:
-    """Run `python [flags] script args` with `root` first on PYTHONPATH (then `extra_path`
-    and tests/); parse its JSON.
-
-    The probe must print exactly one JSON document on its last stdout line.
-    """
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in [root, *extra_path, REPO_ROOT / "tests"])
-    env.update(extra_env or {})
-    proc = subprocess.run(
-        [python, *flags, str(script), *args], capture_output=True, text=True, env=env,
-        timeout=600,
-    )
-    if proc.returncode != 0:
-        raise AssertionError(
-            f"probe {script.name} {' '.join(args)} failed (rc={proc.returncode}) with "
-            f"root {root}:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
-        )
-    last = proc.stdout.strip().splitlines()[-1]
-    return json.loads(last)
-
-
-def check_record(root: Path, dist_info: Path) -> int:
-    """Assert every RECORD hash of an installed distribution against the file under `root`
-    (site-packages or a `pip --target` dir); returns how many files were checked. Rows
-    outside `root` (`../`: console scripts) must exist, under root/bin for `--target`."""
-    checked = 0
-    for path, digest, _size in csv.reader((dist_info / "RECORD").read_text().splitlines()):
-        if path.startswith("../"):
-            assert (root / path).exists() or (root / "bin" / Path(path).name).exists(), path
-            continue
-        if not digest:
-            continue
-        algo, _, value = digest.partition("=")
-        data = (root / path).read_bytes()
-        assert base64.urlsafe_b64encode(hashlib.new(algo, data).digest()).rstrip(b"=").decode() == value, path
-        checked += 1
-    return checked
-
-
-def run_pytest(package_roots: list[Path], test_file: Path, cwd: Path,
-               plugins: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    """Run one upstream test file with pytest in a subprocess, `package_roots` first on
-    PYTHONPATH (the stock or patched package, plus any CPU stand-ins)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(str(r) for r in package_roots)
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    for plugin in plugins:
-        args += ["-p", plugin]
-    return subprocess.run(
-        [*args, "--rootdir", str(cwd), str(test_file)],
-        capture_output=True, text=True, env=env, cwd=cwd, timeout=1200,
-    )

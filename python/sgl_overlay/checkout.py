@@ -1,14 +1,52 @@
-"""Which overlay targets a git checkout holds, and whether it is safe to write to."""
+"""Which overlay targets a git checkout holds, where their files sit, and whether it is safe to write to."""
 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sgl_overlay import gitutil
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.manifest import Manifest, Target
+from sgl_overlay.patchfile import Series
+
+# Folders upstream moved after the pins: (old prefix, new prefix, where it happened). A
+# target whose marker sits under the new prefix is found there, with its paths mapped.
+MOVES = (
+    (
+        "sgl-kernel/",
+        "python/sglang/kernels/aot/",
+        "sgl-project/sglang moved sgl-kernel/ to python/sglang/kernels/aot/ (PR #32648)",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a target's files sit in a checkout: where the patches say, or under a moved folder."""
+
+    old: str = ""  # the patches' folder prefix, e.g. "sgl-kernel/"
+    new: str = ""  # where this checkout has it, e.g. "python/sglang/kernels/aot/"
+    why: str = ""
+
+    def path(self, patch_path: str) -> str:
+        """A path as the patch names it -> the path in this checkout."""
+        if self.old and patch_path.startswith(self.old):
+            return self.new + patch_path[len(self.old) :]
+        return patch_path
+
+    def apply_flags(self) -> list[str]:
+        """`git apply` / `git am` options that write the patch's files to their moved place."""
+        if not self.old:
+            return []
+        return [f"-p{1 + self.old.count('/')}", f"--directory={self.new.rstrip('/')}"]
+
+    def fits(self, paths: list[str]) -> bool:
+        return not self.old or all(p.startswith(self.old) for p in paths)
+
+
+SAME_PLACE = Placement()
 
 
 @dataclass(frozen=True)
@@ -16,6 +54,22 @@ class Checkout:
     path: Path
     targets: tuple[Target, ...]
     embedded: bool  # a tree `sgl-overlay fetch` laid out (fixed identity, reproducible commits)
+    # Targets a plain command reports on but does not apply: name -> why (e.g. a fork's own
+    # copy of sgl-kernel/). `-t NAME` makes one required again.
+    optional: dict[str, str] = field(default_factory=dict)
+    placements: dict[str, Placement] = field(default_factory=dict)
+    series: dict[str, Series] = field(default_factory=dict)  # each target's patches, read once
+
+    def placement(self, name: str) -> Placement:
+        return self.placements.get(name, SAME_PLACE)
+
+    @property
+    def required(self) -> tuple[Target, ...]:
+        return tuple(t for t in self.targets if t.name not in self.optional)
+
+
+def _repo_name(url: str) -> str:
+    return url.removeprefix("https://github.com/")
 
 
 def _project_name(repo: Path) -> str | None:
@@ -26,19 +80,64 @@ def _project_name(repo: Path) -> str | None:
         return None
 
 
+def _find_marker(repo: Path, marker: str) -> Placement | None:
+    """SAME_PLACE when `marker` is there, a moved Placement when it is under a moved folder."""
+    if (repo / marker).exists():
+        return SAME_PLACE
+    for old, new, why in MOVES:
+        if marker.startswith(old) and (repo / new / marker[len(old) :]).exists():
+            return Placement(old, new, why)
+    return None
+
+
+def _project(repo: Path, manifest: Manifest) -> Target | None:
+    """The project target the checkout is: its marker file first (a fork keeps upstream's
+    package name in older commits), then python/pyproject.toml's name."""
+    projects = [t for t in manifest.targets.values() if t.project_name]
+    by_marker = [t for t in projects if t.marker and (repo / t.marker).exists()]
+    if by_marker:
+        return by_marker[0]
+    name = _project_name(repo)
+    return next((t for t in projects if t.project_name == name), None)
+
+
+def _found(repo: Path, manifest: Manifest) -> tuple[list[Target], dict[str, str], dict[str, Placement]]:
+    """One project target plus the component targets (marker only) whose files are there.
+    A component is optional when it comes from another upstream than the project (a fork's
+    own copy) or sits in a moved folder (the patch was written for the old place)."""
+    project = _project(repo, manifest)
+    found = [project] if project else []
+    optional: dict[str, str] = {}
+    placements: dict[str, Placement] = {}
+    for t in manifest.targets.values():
+        if t.project_name or not t.marker:
+            continue
+        placed = _find_marker(repo, t.marker)
+        if placed is None:
+            continue
+        found.append(t)
+        if placed is not SAME_PLACE:
+            placements[t.name] = placed
+            optional[t.name] = f"{placed.why}; its patches map there"
+        elif project and project.upstream != t.upstream:
+            top = t.marker.split("/")[0]
+            optional[t.name] = (
+                f"{top}/ here is {_repo_name(project.upstream)}'s own copy, not {_repo_name(t.upstream)}'s"
+            )
+    return found, optional, placements
+
+
 def detect(path: Path, manifest: Manifest, only: list[str] | None = None) -> Checkout:
-    """Find the targets in `path`: the tree marker, python/pyproject.toml's name, marker files."""
+    """Find the targets in `path`: the tree marker, the project (marker file, pyproject name),
+    and component targets by marker file. `only` limits to those names, all required."""
     repo = gitutil.toplevel(path)
     marked = gitutil.config_get(repo, "sgl-overlay.target")
+    optional: dict[str, str] = {}
+    placements: dict[str, Placement] = {}
     if marked:
         found = [manifest.get(marked)]
     else:
-        name = _project_name(repo)
-        found = [
-            t
-            for t in manifest.targets.values()
-            if (t.project_name and t.project_name == name) or (t.marker and (repo / t.marker).exists())
-        ]
+        found, optional, placements = _found(repo, manifest)
     if only:
         wanted = [manifest.get(n) for n in only]
         missing = [t.name for t in wanted if t not in found]
@@ -47,12 +146,20 @@ def detect(path: Path, manifest: Manifest, only: list[str] | None = None) -> Che
                 f"{repo} does not hold target {missing[0]} (it holds {', '.join(t.name for t in found)})"
             )
         found = wanted if not found else [t for t in found if t in wanted]
+        optional = {}
     if not found:
         raise OverlayError(
             f"unknown project in {repo}: neither python/pyproject.toml names sglang or sglang-kt nor "
             "sgl-kernel/ is there; pass a checkout of sgl-project/sglang or kvcache-ai/sglang"
         )
-    return Checkout(path=repo, targets=tuple(found), embedded=bool(marked))
+    return Checkout(
+        path=repo,
+        targets=tuple(found),
+        embedded=bool(marked),
+        optional=optional,
+        placements={n: p for n, p in placements.items() if any(t.name == n for t in found)},
+        series={t.name: Series.read(t) for t in found},
+    )
 
 
 def ensure_writable(co: Checkout) -> None:

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import Version
 
-from sgl_overlay import gitutil
-from sgl_overlay.errors import OverlayError
-from sgl_overlay.manifest import Manifest
-from sgl_overlay.patchfile import read_patch
-from sgl_overlay.wheels import patched_wheel_name, shipped_changes, wheel_path_of
+from sgl_overlay import gitutil, subproc
+from sgl_overlay.manifest import Kind, Manifest
+from sgl_overlay.patchfile import Series
+from sgl_overlay.wheels import patched_wheel_name, python_tags, shipped_changes, wheel_for_python, wheel_path_of
 
 KERNEL_DISTS = ("sglang-kernel", "sgl-kernel")
 EXT_DIST = "sgl-kernel-ext"
@@ -48,7 +46,8 @@ if "--live" in names and any(n in dists for n in ("sgl-kernel-ext",)):
             live = bool(torch.equal(dst.cpu(), src) and torch.equal(fast.cpu(), src))
     except Exception as exc:
         live = f"{type(exc).__name__}: {exc}"
-print(json.dumps({"dists": dists, "plugins": plugins, "live": live, "python": sys.executable}))
+print(json.dumps({"dists": dists, "plugins": plugins, "live": live, "python": sys.executable,
+                  "version": list(sys.version_info[:2])}))
 """
 
 
@@ -62,27 +61,42 @@ class Finding:
 
 def probe(python: str, dists: list[str], live: bool, site: Path | None = None) -> dict:
     names = [*dists, *KERNEL_DISTS, EXT_DIST] + (["--live"] if live else [])
-    env = dict(os.environ)
+    env = {}
     if site is not None:  # an install made with `pip install --target DIR`
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH", "")]))
-    proc = subprocess.run([python, "-c", _PROBE, *names], capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        raise OverlayError(f"could not inspect {python}: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH", "")]))
+    proc = subproc.run([python, "-c", _PROBE, *names], f"inspecting {python}", env=env)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def check_python_target(manifest: Manifest, name: str, info: dict, dist_dir: Path) -> list[Finding]:
-    target = manifest.get(name)
-    fix = f"pip install --no-deps --force-reinstall {dist_dir / patched_wheel_name(target, manifest.local_version)}"
+def check_python_target(
+    manifest: Manifest, series: Series, info: dict, dist_dir: Path, python: tuple[int, int]
+) -> list[Finding]:
+    target = series.target
+    name = target.name
+    pin = wheel_for_python(target, python)  # the patched twin of the wheel pip picks for this Python
+    if pin is None:
+        fix = (
+            f"no patched {name} wheel fits Python {python[0]}.{python[1]} here; the overlay builds them for "
+            f"{', '.join(python_tags(target))}: use one of those Pythons"
+        )
+    else:
+        fix = (
+            f"pip install --no-deps --force-reinstall {dist_dir / patched_wheel_name(pin.file, manifest.local_version)}"
+        )
     installed = Version(info["version"])
     if installed.base_version != target.version:
-        return [Finding(name, f"installed {installed}, the overlay pins {target.version}: fixes not checked", False,
-                        f"pip install {target.requirement} && {fix}")]
-    final = shipped_changes(target)
+        return [
+            Finding(
+                name,
+                f"installed {installed}, the overlay pins {target.version}: fixes not checked",
+                False,
+                f"pip install {target.requirement} && {fix}" if pin else fix,
+            )
+        ]
+    final = shipped_changes(series)
     root = Path(info["root"])
     findings = []
-    for patch_path in target.patch_paths():
-        patch = read_patch(patch_path)
+    for patch in series.patches:
         files = [rel for p in patch.touched() if (rel := wheel_path_of(target, p)) is not None]
         missing = []
         for rel in files:
@@ -102,27 +116,50 @@ def check_kernel(data: dict, dist_dir: Path) -> list[Finding]:
     if kernel is None and EXT_DIST not in dists:
         return []
     fix = f"pip install {dist_dir}/sgl_kernel_ext-*.whl"
-    findings = [Finding("sgl-kernel", f"{EXT_DIST} installed (copy_to_gpu_no_ce for any N <= 512)",
-                        EXT_DIST in dists, "" if EXT_DIST in dists else fix)]
+    findings = [
+        Finding(
+            "sgl-kernel",
+            f"{EXT_DIST} installed (copy_to_gpu_no_ce for any N <= 512)",
+            EXT_DIST in dists,
+            "" if EXT_DIST in dists else fix,
+        )
+    ]
     wired = [ep for ep in data["plugins"] if ep[1].startswith(EXT_MODULE)]
-    findings.append(Finding("sgl-kernel", "wired into sglang through a sglang.srt.plugins entry point",
-                            bool(wired), "" if wired else fix))
+    findings.append(
+        Finding(
+            "sgl-kernel",
+            "wired into sglang through a sglang.srt.plugins entry point",
+            bool(wired),
+            "" if wired else fix,
+        )
+    )
     if EXT_DIST in dists:
         fast = Version(dists[EXT_DIST]["version"]) >= EXT_FAST_PATH
-        findings.append(Finding("sgl-kernel", "fast caller path: the DeepGEMM runner's count list read in C++, "
-                                "one launch (plugin hooks on copy_list_to_gpu_no_ce / copy_list_to_gpu)",
-                                fast, "" if fast else fix))
+        findings.append(
+            Finding(
+                "sgl-kernel",
+                "fast caller path: the DeepGEMM runner's count list read in C++, one launch "
+                "(plugin hooks on copy_list_to_gpu_no_ce / copy_list_to_gpu)",
+                fast,
+                "" if fast else fix,
+            )
+        )
     if data["live"] is not None:
-        findings.append(Finding("sgl-kernel", "live N=16 copy on the GPU (tensor op and list entry point)",
-                                data["live"] is True,
-                                "" if data["live"] is True else f"{data['live']}; reinstall: {fix}"))
+        findings.append(
+            Finding(
+                "sgl-kernel",
+                "live N=16 copy on the GPU (tensor op and list entry point)",
+                data["live"] is True,
+                "" if data["live"] is True else f"{data['live']}; reinstall: {fix}",
+            )
+        )
     return findings
 
 
 def doctor(
     manifest: Manifest, python: str, dist_dir: Path, live: bool = True, site: Path | None = None
 ) -> tuple[list[str], bool]:
-    wheel_targets = [t for t in manifest.targets.values() if t.kind == "wheel"]
+    wheel_targets = [t for t in manifest.targets.values() if t.kind == Kind.WHEEL]
     data = probe(python, [t.dist_name for t in wheel_targets], live, site)
     lines = [f"environment: {data['python']}"]
     findings: list[Finding] = []
@@ -130,7 +167,7 @@ def doctor(
         info = data["dists"].get(target.dist_name)
         if info is not None:
             lines.append(f"{target.dist_name} {info['version']} at {info['root']}")
-            findings += check_python_target(manifest, target.name, info, dist_dir)
+            findings += check_python_target(manifest, Series.read(target), info, dist_dir, tuple(data["version"]))
     for kname in (*KERNEL_DISTS, EXT_DIST):
         if kname in data["dists"]:
             lines.append(f"{kname} {data['dists'][kname]['version']}")

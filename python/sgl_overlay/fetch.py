@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from packaging.utils import parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import Version
 
+from sgl_overlay import subproc
 from sgl_overlay.errors import OverlayError
-from sgl_overlay.manifest import Target
+from sgl_overlay.manifest import Kind, PinnedWheel, Target
 
 
 def sha256_of(path: Path) -> str:
@@ -23,7 +24,7 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _pip_tag_args(wheel_name: str) -> list[str]:
+def pip_tag_args(wheel_name: str) -> list[str]:
     """pip flags that select exactly the pinned wheel's tags, whatever Python runs the tool."""
     _, _, _, tags = parse_wheel_filename(wheel_name)
     args: list[str] = ["--only-binary=:all:"]
@@ -48,15 +49,24 @@ def download(requirement: str, tags_like: str, cache: Path) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         cmd = [
-            sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-            "--progress-bar", "off", "-d", tmp, *_pip_tag_args(tags_like), requirement,
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "--progress-bar",
+            "off",
+            "-d",
+            tmp,
+            *pip_tag_args(tags_like),
+            requirement,
         ]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subproc.run(cmd, "pip download", check=False)
         got = list(Path(tmp).glob("*.whl"))
         if proc.returncode != 0 or len(got) != 1:
-            last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
             raise OverlayError(
-                f"pip could not download {requirement}: {last[0]}; "
+                f"pip could not download {requirement}: {subproc.failure_reason(proc)}; "
                 "check the network, or put the wheel into the cache folder by hand"
             )
         dest = cache / got[0].name
@@ -64,31 +74,69 @@ def download(requirement: str, tags_like: str, cache: Path) -> Path:
     return dest
 
 
-def fetch_wheel(target: Target, cache: Path, offline: bool = False) -> Path:
-    """Return the cached, verified pinned wheel of `target`, downloading it if needed."""
+def fetch_wheel(target: Target, cache: Path, offline: bool = False, pin: PinnedWheel | None = None) -> Path:
+    """Return the cached, verified wheel `pin` of `target` (default: the tree's), downloading it if needed."""
+    pin = pin or target.wheels[0]
     cache.mkdir(parents=True, exist_ok=True)
-    dest = cache / target.wheel
+    dest = cache / pin.file
     if dest.exists():
-        verify_wheel(dest, target.sha256)
-        print(f"fetch {target.name}: {target.wheel} from cache (sha256 ok)", flush=True)
+        verify_wheel(dest, pin.sha256)
+        print(f"fetch {target.name}: {pin.file} from cache (sha256 ok)", flush=True)
         return dest
     if offline:
         raise OverlayError(
-            f"{target.wheel} is not in the cache {cache} and --offline was given; run `sgl-overlay fetch` online once"
+            f"{pin.file} is not in the cache {cache} and --offline was given; run `sgl-overlay fetch` online once"
         )
-    print(f"fetch {target.name}: downloading {target.requirement} ({target.wheel})", flush=True)
-    got = download(target.requirement, target.wheel, cache)
-    if got.name != target.wheel:
+    print(f"fetch {target.name}: downloading {target.requirement} ({pin.file})", flush=True)
+    got = download(target.requirement, pin.file, cache)
+    if got.name != pin.file:
         got.unlink()
         raise OverlayError(
-            f"pip downloaded {got.name} for {target.requirement}, the manifest pins {target.wheel}; "
+            f"pip downloaded {got.name} for {target.requirement}, the manifest pins {pin.file}; "
             "check the pin in patches/manifest.toml"
         )
     try:
-        verify_wheel(got, target.sha256)
+        verify_wheel(got, pin.sha256)
     except OverlayError:
         got.unlink()
         raise
     size_mb = dest.stat().st_size / 1e6
-    print(f"fetch {target.name}: {target.wheel} {size_mb:.1f} MB, sha256 ok", flush=True)
+    print(f"fetch {target.name}: {pin.file} {size_mb:.1f} MB, sha256 ok", flush=True)
     return dest
+
+
+def fetch_wheels(target: Target, cache: Path, offline: bool = False) -> list[Path]:
+    """Every pinned wheel of `target`, in manifest order (the first is the tree's)."""
+    return [fetch_wheel(target, cache, offline, pin) for pin in target.wheels]
+
+
+def _cached_wheel(cache: Path, dist: str, version: str) -> Path | None:
+    if not cache.is_dir():
+        return None
+    found = []
+    for p in cache.glob("*.whl"):
+        try:
+            name, ver, _, _ = parse_wheel_filename(p.name)
+        except InvalidWheelFilename:  # foreign files in the cache are ignored
+            continue
+        if name == dist and ver == Version(version):
+            found.append(p)
+    if len(found) > 1:
+        raise OverlayError(f"several wheels of {dist} {version} in {cache}: {[p.name for p in found]}; keep one")
+    return found[0] if found else None
+
+
+def fetch_version_wheel(target: Target, version: str, cache: Path, offline: bool) -> tuple[Path, str]:
+    """The wheel of any released `version` (cache first, else pip with the pinned wheel's tags) and
+    its sha256; only the pinned version's sha256 is checked against the manifest."""
+    if target.kind == Kind.WHEEL and version == target.version:
+        return fetch_wheel(target, cache, offline), target.sha256
+    dist = target.dist_name
+    path = _cached_wheel(cache, dist, version)
+    if path is None:
+        if offline:
+            raise OverlayError(f"no wheel of {dist} {version} in {cache} and --offline was given")
+        requirement = f"{dist}=={version}"
+        print(f"fetch {target.name}: downloading {requirement}", flush=True)
+        path = download(requirement, target.wheel, cache)
+    return path, sha256_of(path)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
+from sgl_overlay import subproc
 from sgl_overlay.errors import OverlayError
 
 # Commits the tool itself makes (the `upstream` base of a laid-out tree, patches applied
@@ -30,24 +30,15 @@ def git(
 ) -> subprocess.CompletedProcess:
     """Run git in `repo` (None: outside any repository). `new_session` shields it from the
     terminal's Ctrl-C."""
-    full_env = dict(os.environ)
-    full_env.update({"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0"})
-    full_env.update(env or {})
-    text = not isinstance(input, bytes)
-    proc = subprocess.run(
+    where = f" in {repo}" if repo is not None else ""
+    return subproc.run(
         ["git", *(["-C", str(repo)] if repo is not None else []), *args],
-        capture_output=True,
-        text=text,
-        env=full_env,
+        f"git {' '.join(args[:2])}{where}",
+        check=check,
+        env={"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", **(env or {})},
         input=input,
-        start_new_session=new_session,
+        new_session=new_session,
     )
-    if check and proc.returncode != 0:
-        err = proc.stderr if text else proc.stderr.decode(errors="replace")
-        first = err.strip().splitlines()[0] if err.strip() else f"exit {proc.returncode}"
-        where = f" in {repo}" if repo is not None else ""
-        raise OverlayError(f"git {' '.join(args[:2])} failed{where}: {first}")
-    return proc
 
 
 def out(repo: Path, *args: str) -> str:
@@ -93,6 +84,12 @@ def dirty_files(repo: Path) -> list[str]:
     """Tracked files with uncommitted changes (staged or not)."""
     lines = git(repo, "status", "--porcelain", "--untracked-files=no").stdout.splitlines()
     return [line[3:] for line in lines if line.strip()]
+
+
+def changed_files(repo: Path) -> list[str]:
+    """Tracked paths whose working file (or staged entry) differs from HEAD, deletions included."""
+    names = git(repo, "diff", "--name-only", "--no-renames", "-z", "HEAD").stdout
+    return [n for n in names.split("\0") if n]
 
 
 def blob_at(repo: Path, rev: str, path: str) -> str | None:

@@ -1,17 +1,64 @@
-"""The manifest: which upstream trees the overlay pins, and which patches it carries."""
+"""The manifest (patches/manifest.toml), read and validated in one place: targets, pinned
+wheels, patch series, `[matrix]` ranges and per-version variants, as typed values."""
 
 from __future__ import annotations
 
 import os
 import tomllib
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
 
 from sgl_overlay.errors import OverlayError
 
 MANIFEST_NAME = "manifest.toml"
+SCHEMA = 1
+
+
+class Kind(StrEnum):
+    WHEEL = "wheel"  # laid out from a registry wheel
+    PATCH_CONTEXT = "patch-context"  # rebuilt from full-context patches (no registry source)
+
+
+@dataclass(frozen=True)
+class PinnedWheel:
+    """One registry wheel file of a target and its sha256."""
+
+    file: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A port of one series patch for the versions where the original conflicts."""
+
+    patch: str  # the series patch it stands in for (name in `patches`)
+    file: str  # the variant's patch file, relative to patches/<target>/
+    versions: tuple[str, ...]
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class MatrixSpec:
+    """`[targets.<t>.matrix]`: the versions `sgl-overlay matrix` tries and how it runs the tests."""
+
+    versions: tuple[str, ...]
+    variants: tuple[Variant, ...] = ()
+    venv: str = ""  # interpreter folder for the patches' tests, relative to the repo root
+    run_tests: bool = True
+    no_tests_reason: str = ""
+    # CPU stand-ins for native pieces the patches' tests need (as the project's own tests use them):
+    pythonpath: tuple[str, ...] = ()  # extra PYTHONPATH entries after <tree>/python, relative to the repo root
+    pytest_args: tuple[str, ...] = ()  # e.g. ("-p", "kt_cpu_stubs")
+
+    def variant_for(self, patch: str, version: str) -> Variant | None:
+        found = [v for v in self.variants if v.patch == patch and version in v.versions]
+        if len(found) > 1:
+            raise OverlayError(f"{patch}: several variants claim version {version}: {[v.file for v in found]}")
+        return found[0] if found else None
 
 
 @dataclass(frozen=True)
@@ -19,20 +66,29 @@ class Target:
     """One pinned upstream tree and its patch series."""
 
     name: str
-    kind: str  # "wheel": from a registry wheel; "patch-context": rebuilt from full-context patches
+    kind: Kind
     version: str
     upstream: str
     patch_dir: Path
     patches: tuple[str, ...]
     preimages: dict[str, str]
     requirement: str = ""
-    wheel: str = ""
-    sha256: str = ""
+    wheels: tuple[PinnedWheel, ...] = ()  # the first one is laid out as the target's tree
     commit: str = ""
     layout: dict[str, str] = field(default_factory=dict)  # wheel top-level dir -> tree path
     project_name: str = ""  # [project].name in python/pyproject.toml of a checkout
     marker: str = ""  # a file whose presence says a checkout holds this target
     full_context: bool = False
+    matrix: MatrixSpec = MatrixSpec(versions=())
+
+    @property
+    def wheel(self) -> str:
+        """The wheel `fetch` lays the tree out from (the others carry the same pure-Python files)."""
+        return self.wheels[0].file if self.wheels else ""
+
+    @property
+    def sha256(self) -> str:
+        return self.wheels[0].sha256 if self.wheels else ""
 
     def patch_paths(self) -> list[Path]:
         return [self.patch_dir / p for p in self.patches]
@@ -40,6 +96,11 @@ class Target:
     @property
     def label(self) -> str:
         return f"{self.name} {self.version}"
+
+    @property
+    def pinned(self) -> str:
+        """What the pin is called: the release version, or the commit for a target without releases."""
+        return self.version if self.kind == Kind.WHEEL else self.commit[:12]
 
     @property
     def dist_name(self) -> str:
@@ -72,6 +133,94 @@ def default_patches_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "patches"
 
 
+def _pinned_wheels(where: str, raw: dict, kind: Kind) -> tuple[PinnedWheel, ...]:
+    """`wheel` + `sha256` (one file), or `wheels = [{ file, sha256 }, ...]` (one per Python tag)."""
+    if "wheel" in raw and "wheels" in raw:
+        raise OverlayError(f"{where} has both `wheel` and `wheels`; keep one (see docs/DESIGN.md)")
+    if "wheels" in raw:
+        entries = raw["wheels"]
+    elif "wheel" in raw:
+        entries = [{"file": raw["wheel"], "sha256": raw.get("sha256", "")}]
+    else:
+        entries = []
+    pins = []
+    for entry in entries:
+        try:
+            pin = PinnedWheel(file=entry["file"], sha256=entry["sha256"])
+            _, version, _, _ = parse_wheel_filename(pin.file)
+        except KeyError as exc:
+            raise OverlayError(f"{where}: a pinned wheel lacks key {exc}; see docs/DESIGN.md") from None
+        except InvalidWheelFilename as exc:
+            raise OverlayError(f"{where}: {exc}") from None
+        if version != Version(str(raw["version"])):
+            raise OverlayError(
+                f"{where} is version {raw['version']}, its wheel {pin.file} is "
+                f"{version}; pin the wheel of version {raw['version']}"
+            )
+        pins.append(pin)
+    if kind == Kind.WHEEL and not pins:
+        raise OverlayError(f"{where} is of kind wheel but pins none; add `wheels` (see docs/DESIGN.md)")
+    if len({p.file for p in pins}) != len(pins):
+        raise OverlayError(f"{where} pins one wheel file twice")
+    return tuple(pins)
+
+
+def _matrix_spec(where: str, raw: dict, kind: Kind, patches: tuple[str, ...]) -> MatrixSpec:
+    """`[targets.<t>.matrix]` and `[[targets.<t>.variants]]` (both optional)."""
+    table = raw.get("matrix", {})
+    variants = []
+    for i, v in enumerate(raw.get("variants", [])):
+        try:
+            variant = Variant(
+                patch=v["patch"], file=v["file"], versions=tuple(map(str, v["versions"])), reason=v.get("reason", "")
+            )
+        except KeyError as exc:
+            raise OverlayError(f"{where}: variant #{i + 1} lacks key {exc} (needs patch, file, versions)") from None
+        if variant.patch not in patches:
+            raise OverlayError(
+                f"{where}: variant {variant.file} stands in for {variant.patch}, which is not in its patches list"
+            )
+        variants.append(variant)
+    pinned = str(raw["version"]) if kind == Kind.WHEEL else raw.get("commit", "")
+    return MatrixSpec(
+        versions=tuple(map(str, table.get("versions", [pinned]))),
+        variants=tuple(variants),
+        venv=table.get("venv", ""),
+        run_tests=table.get("tests", True),
+        no_tests_reason=table.get("no_tests_reason", ""),
+        pythonpath=tuple(table.get("pythonpath", [])),
+        pytest_args=tuple(table.get("pytest_args", [])),
+    )
+
+
+def _target(path: Path, patches_dir: Path, name: str, raw: dict) -> Target:
+    where = f"{path}: target {name!r}"
+    try:
+        kind = Kind(raw["kind"])
+    except ValueError:
+        raise OverlayError(
+            f"{where} has unknown kind {raw['kind']!r}; use one of {', '.join(k.value for k in Kind)}"
+        ) from None
+    patches = tuple(raw.get("patches", []))
+    return Target(
+        name=name,
+        kind=kind,
+        version=str(raw["version"]),
+        upstream=raw["upstream"],
+        patch_dir=patches_dir / name,
+        patches=patches,
+        preimages=dict(raw.get("preimages", {})),
+        requirement=raw.get("requirement", ""),
+        wheels=_pinned_wheels(where, raw, kind),
+        commit=raw.get("commit", ""),
+        layout=dict(raw.get("layout", {})),
+        project_name=raw.get("project_name", ""),
+        marker=raw.get("marker", ""),
+        full_context=raw.get("context", "") == "full",
+        matrix=_matrix_spec(where, raw, kind, patches),
+    )
+
+
 def load_manifest(patches_dir: Path | None = None) -> Manifest:
     patches_dir = (patches_dir or default_patches_dir()).resolve()
     path = patches_dir / MANIFEST_NAME
@@ -83,26 +232,17 @@ def load_manifest(patches_dir: Path | None = None) -> Manifest:
         ) from None
     except tomllib.TOMLDecodeError as exc:
         raise OverlayError(f"{path} is not valid TOML ({exc}); restore it with `git checkout -- {path}`") from None
+    if "schema" not in data:
+        raise OverlayError(f"{path} lacks `schema = {SCHEMA}`; add that line at its top")
+    if data["schema"] != SCHEMA:
+        raise OverlayError(
+            f"{path} is schema {data['schema']!r}, this sgl-overlay reads schema {SCHEMA}; "
+            "use the sgl-overlay of the checkout the patches come from"
+        )
     targets = {}
     for name, raw in data.get("targets", {}).items():
         try:
-            targets[name] = Target(
-                name=name,
-                kind=raw["kind"],
-                version=str(raw["version"]),
-                upstream=raw["upstream"],
-                patch_dir=patches_dir / name,
-                patches=tuple(raw.get("patches", [])),
-                preimages=dict(raw.get("preimages", {})),
-                requirement=raw.get("requirement", ""),
-                wheel=raw.get("wheel", ""),
-                sha256=raw.get("sha256", ""),
-                commit=raw.get("commit", ""),
-                layout=dict(raw.get("layout", {})),
-                project_name=raw.get("project_name", ""),
-                marker=raw.get("marker", ""),
-                full_context=raw.get("context", "") == "full",
-            )
+            targets[name] = _target(path, patches_dir, name, raw)
         except KeyError as exc:
             raise OverlayError(f"{path}: target {name!r} lacks key {exc}; see docs/DESIGN.md") from None
     return Manifest(path=path, targets=targets, local_version=data.get("local_version", "overlay.1"))

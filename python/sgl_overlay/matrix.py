@@ -1,34 +1,6 @@
-"""Compatibility matrix: on which released upstream versions each patch applies, and works.
-
-For each target and each version of its range (`[targets.<t>.matrix] versions` in the
-manifest, or `--versions`), the version's wheel is downloaded with pip into the wheel
-cache (its sha256 is *recorded*, not pinned: only the pinned version's is checked) and
-laid out exactly like the pinned tree (`tree.lay_out` with a copy of the target for that
-version) under `build/matrix/<target>-<version>/`. The series (with the per-version
-variants of `[[targets.<t>.variants]]` substituted) is then classified there by
-`series.series_status` and refined into one outcome per patch x version:
-
-- ``exact``: applies, and every pre-existing file it touches is byte-identical to the pin;
-- ``offsets``: applies cleanly, but some touched file differs from the pin (hunks may move);
-- ``3way``: applies only through a 3-way merge against the pinned pre-image;
-- ``conflict``: does not apply, not even 3-way (the failing hunk is named);
-- ``absent``: a file the patch modifies does not exist in that version;
-- ``upstream``: the change is already there (the patch reverse-applies).
-
-3-way needs the blobs named by the patch's `index` lines, which a tree laid out from
-another version's wheel does not hold. Before classifying, the pinned pre-image blobs
-(read from the pinned version's own matrix tree) are written into each version tree's
-object store with `git hash-object -w`, and the series is replayed onto them in a
-throw-away index, which also stores every intermediate blob a later patch's `index` line
-names. Only objects are added: no commit, ref or file of that tree changes. This is what
-`git am -3` would find in a real clone of upstream's history, so "3way" here means what it
-means for a user of a checkout.
-
-Every version where some patch applies then gets the applicable patches committed with
-`git am -3`, and each applied patch's own tests (the test files it adds or changes under
-test/ or tests/) run with the target's venv and PYTHONPATH=<tree>/python. Outcomes go to
-`compat-matrix.md` and `compat-matrix.json` (written by `matrix_report`). Conflicts and failing tests are results, not
-errors; only a failure of the tool itself (a download, a layout) makes the run fail.
+"""Compatibility matrix: on which released upstream versions each patch applies, and whether
+its own tests pass there. The method (layout per version, seeded blobs for 3-way, variants,
+outcome classes) is described in docs/DESIGN.md; `matrix_report` writes the results.
 """
 
 from __future__ import annotations
@@ -37,71 +9,78 @@ import dataclasses
 import os
 import re
 import subprocess
+import tempfile
 import time
-import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
+from xml.etree import ElementTree
 
-from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from sgl_overlay import fetch, gitutil, operations, tree
 from sgl_overlay.errors import OverlayError, UsageError
-from sgl_overlay.manifest import Manifest, Target
-from sgl_overlay.patchfile import Patch, read_patch
+from sgl_overlay.manifest import Kind, Manifest, MatrixSpec, PinnedWheel, Target
+from sgl_overlay.patchfile import Patch, Series
 from sgl_overlay.series import ScratchIndex, State, series_status
+from sgl_overlay.subproc import failure_reason
 
-SCHEMA = 1
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout this package sits in (its venvs)
 TEST_TIMEOUT_S = 900
 
-# Outcome classes, in the order the legend lists them.
-EXACT, OFFSETS, THREE_WAY, CONFLICT, ABSENT, UPSTREAM = "exact", "offsets", "3way", "conflict", "absent", "upstream"
-APPLIES = (EXACT, OFFSETS, THREE_WAY)
+
+class Outcome(StrEnum):
+    """Where a patch stands on one version; the legend lists them in this order."""
+
+    EXACT = "exact"
+    OFFSETS = "offsets"
+    THREE_WAY = "3way"
+    CONFLICT = "conflict"
+    ABSENT = "absent"
+    UPSTREAM = "upstream"
+
+    @property
+    def applies(self) -> bool:
+        return self in (Outcome.EXACT, Outcome.OFFSETS, Outcome.THREE_WAY)
+
+
 LEGEND = {
-    EXACT: "applies exactly: every file it modifies is byte-identical to the pinned pre-image (same blob id)",
-    OFFSETS: "applies cleanly with `git apply`, but a file it modifies differs from the pin "
-             "(hunks may sit at other lines)",
-    THREE_WAY: "applies only through a 3-way merge (`git am -3`) against the pinned pre-image",
-    CONFLICT: "does not apply, not even 3-way; the failing hunk is named",
-    ABSENT: "a file the patch modifies does not exist in that version (the feature is not there)",
-    UPSTREAM: "the fix is already present upstream (the patch reverse-applies cleanly)",
+    Outcome.EXACT: "applies exactly: every file it modifies is byte-identical to the pinned pre-image (same blob id)",
+    Outcome.OFFSETS: "applies cleanly with `git apply`, but a file it modifies differs from the pin "
+    "(hunks may sit at other lines)",
+    Outcome.THREE_WAY: "applies only through a 3-way merge (`git am -3`) against the pinned pre-image",
+    Outcome.CONFLICT: "does not apply, not even 3-way; the failing hunk is named",
+    Outcome.ABSENT: "a file the patch modifies does not exist in that version (the feature is not there)",
+    Outcome.UPSTREAM: "the fix is already present upstream (the patch reverse-applies cleanly)",
 }
+
+
+class Tests(StrEnum):
+    """What running a patch's own tests on one version gave."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    SKIP = "skip"
+    ERROR = "error"  # pytest could not run them
+    NO_TESTS = "no tests"
+    NOT_RUN = "not run"
+    NA = "n/a"  # the patch did not apply: nothing to test
+
+
 _TEST_FILE = re.compile(r"(^|/)tests?/(.+/)?(test_[^/]*|[^/]*_test)\.py$")
-
-
-@dataclass(frozen=True)
-class Variant:
-    """A port of one series patch for the versions where the original conflicts."""
-
-    patch: str  # the series patch it stands in for (name in `patches`)
-    file: str  # the variant's patch file, relative to patches/<target>/
-    versions: tuple[str, ...]
-    reason: str = ""
-
-
-@dataclass(frozen=True)
-class MatrixSpec:
-    versions: tuple[str, ...]
-    variants: tuple[Variant, ...] = ()
-    venv: str = ""  # interpreter folder for the patches' tests, relative to the repo root
-    run_tests: bool = True
-    no_tests_reason: str = ""
-    # CPU stand-ins for native pieces the patches' tests need (as the project's own tests use them):
-    pythonpath: tuple[str, ...] = ()  # extra PYTHONPATH entries after <tree>/python, relative to the repo root
-    pytest_args: tuple[str, ...] = ()  # e.g. ("-p", "kt_cpu_stubs")
 
 
 @dataclass
 class TestResult:
-    result: str  # pass / fail / skip / error / no tests / not run
+    result: Tests
     reason: str = ""
     files: list[str] = field(default_factory=list)
 
 
 @dataclass
 class Cell:
-    outcome: str
+    outcome: Outcome
     detail: str = ""
     patch_file: str = ""
     variant: bool = False
@@ -132,39 +111,6 @@ class TargetRun:
 # ----------------------------------------------------------------------------- config
 
 
-def _raw_targets(manifest: Manifest) -> dict:
-    return tomllib.loads(manifest.path.read_text()).get("targets", {})
-
-
-def load_spec(manifest: Manifest, target: Target) -> MatrixSpec:
-    """`[targets.<t>.matrix]` and `[[targets.<t>.variants]]` of the manifest (both optional)."""
-    raw = _raw_targets(manifest).get(target.name, {})
-    table = raw.get("matrix", {})
-    variants = []
-    for i, v in enumerate(raw.get("variants", [])):
-        try:
-            variant = Variant(patch=v["patch"], file=v["file"], versions=tuple(map(str, v["versions"])),
-                              reason=v.get("reason", ""))
-        except KeyError as exc:
-            raise OverlayError(f"{manifest.path}: variant #{i + 1} of {target.name} lacks key {exc} "
-                               "(needs patch, file, versions)") from None
-        if variant.patch not in target.patches:
-            raise OverlayError(f"{manifest.path}: variant {variant.file} of {target.name} stands in for "
-                               f"{variant.patch}, which is not in its patches list")
-        variants.append(variant)
-    versions = tuple(map(str, table.get("versions", [target.version if target.kind == "wheel" else target.commit])))
-    return MatrixSpec(versions=versions, variants=tuple(variants), venv=table.get("venv", ""),
-                      run_tests=table.get("tests", True), no_tests_reason=table.get("no_tests_reason", ""),
-                      pythonpath=tuple(table.get("pythonpath", [])), pytest_args=tuple(table.get("pytest_args", [])))
-
-
-def variant_for(spec: MatrixSpec, patch: str, version: str) -> Variant | None:
-    found = [v for v in spec.variants if v.patch == patch and version in v.versions]
-    if len(found) > 1:
-        raise OverlayError(f"{patch}: several variants claim version {version}: {[v.file for v in found]}")
-    return found[0] if found else None
-
-
 def _version_key(v: str):
     try:
         return (0, Version(v))
@@ -172,61 +118,26 @@ def _version_key(v: str):
         return (1, v)
 
 
-# ----------------------------------------------------------------------------- wheels
-
-
-def _cached_wheel(cache: Path, dist: str, version: str) -> Path | None:
-    if not cache.is_dir():
-        return None
-    found = []
-    for p in cache.glob("*.whl"):
-        try:
-            name, ver, _, _ = parse_wheel_filename(p.name)
-        except Exception:  # noqa: BLE001 - foreign files in the cache are ignored
-            continue
-        if name == dist and ver == Version(version):
-            found.append(p)
-    if len(found) > 1:
-        raise OverlayError(f"several wheels of {dist} {version} in {cache}: {[p.name for p in found]}; "
-                           "keep one")
-    return found[0] if found else None
-
-
-def fetch_version_wheel(target: Target, version: str, cache: Path, offline: bool) -> tuple[Path, str]:
-    """The wheel of `version` (cache first, else pip with the pinned wheel's tags) and its sha256."""
-    if target.kind == "wheel" and version == target.version:
-        path = fetch.fetch_wheel(target, cache, offline)  # the pin: sha256 checked against the manifest
-        return path, target.sha256
-    dist = target.dist_name
-    path = _cached_wheel(cache, dist, version)
-    if path is None:
-        if offline:
-            raise OverlayError(f"no wheel of {dist} {version} in {cache} and --offline was given")
-        requirement = f"{dist}=={version}"
-        print(f"matrix {target.name}: downloading {requirement}", flush=True)
-        path = fetch.download(requirement, target.wheel, cache)
-    return path, fetch.sha256_of(path)
-
-
 # ----------------------------------------------------------------------------- trees
 
 
 def _version_target(target: Target, version: str, wheel: Path | None, sha: str, patches: tuple[str, ...]) -> Target:
-    if target.kind != "wheel":
+    if target.kind != Kind.WHEEL:
         return dataclasses.replace(target, patches=patches)
     return dataclasses.replace(
-        target, version=version, wheel=wheel.name if wheel else "", sha256=sha, patches=patches
+        target, version=version, wheels=(PinnedWheel(wheel.name, sha),) if wheel else (), patches=patches
     )
 
 
-def prepare_tree(vt: Target, dest: Path, wheel: Path | None, sha: str, pinned: bool) -> str:
+def prepare_tree(series: Series, dest: Path, wheel: Path | None, sha: str, pinned: bool) -> str:
     """A laid-out tree at its `upstream` commit, clean: reused when the same wheel made it.
     Only the pinned version must match the manifest's pre-image blobs."""
+    vt = series.target
     if tree.is_ready(dest, vt) and gitutil.config_get(dest, "sgl-overlay.matrix-sha256") == (sha or "none"):
         operations.rollback(dest, gitutil.out(dest, "rev-parse", tree.BASE_TAG))
         gitutil.git(dest, "clean", "-qfdx")
         return f"{dest} reused"
-    line = tree.lay_out(vt, dest, wheel, force=True, check_pins=pinned)
+    line = tree.lay_out(vt, dest, wheel, series, force=True, check_pins=pinned)
     gitutil.git(dest, "config", "sgl-overlay.matrix-sha256", sha or "none")
     return line
 
@@ -264,8 +175,10 @@ def _hunk_of(patch: Patch, detail: str) -> str:
         for i, h in enumerate(pf):
             if h.source_start == line:
                 header = f" {h.section_header.strip()}" if h.section_header.strip() else ""
-                return (f"{path}: hunk {i + 1}/{len(pf)}, @@ -{h.source_start},{h.source_length} "
-                        f"+{h.target_start},{h.target_length} @@{header}")
+                return (
+                    f"{path}: hunk {i + 1}/{len(pf)}, @@ -{h.source_start},{h.source_length} "
+                    f"+{h.target_start},{h.target_length} @@{header}"
+                )
     return f"{path}: hunk at pinned line {line}"
 
 
@@ -282,25 +195,30 @@ def _differs_from_pin(patch: Patch, vtree: Path, vt: Target) -> list[str]:
     return differ
 
 
-def classify(vtree: Path, vt: Target) -> list[tuple[Patch, Cell]]:
+def classify(vtree: Path, series: Series) -> list[tuple[Patch, Cell]]:
     """One cell per patch of a tree freshly reset to `upstream` (so nothing is APPLIED yet)."""
+    vt = series.target
     rows = []
-    for st in series_status(vtree, vt):
+    for st in series_status(vtree, series):
         if st.state == State.APPLICABLE:
             differ = _differs_from_pin(st.patch, vtree, vt)
             offs = st.detail.replace(".; ", "; ").rstrip(".") or "no line offsets"
-            cell = (Cell(OFFSETS, f"{', '.join(differ)} differ from the pin; {offs}") if differ
-                    else Cell(EXACT, "pre-image blob ids equal the pin"))
+            cell = (
+                Cell(Outcome.OFFSETS, f"{', '.join(differ)} differ from the pin; {offs}")
+                if differ
+                else Cell(Outcome.EXACT, "pre-image blob ids equal the pin")
+            )
         elif st.state == State.APPLICABLE_3WAY:
             detail = st.detail if st.detail.startswith("patch failed") else ""
-            cell = Cell(THREE_WAY, detail and f"exact apply fails at {_hunk_of(st.patch, detail)}; "
-                                              "3-way merge is clean")
+            cell = Cell(
+                Outcome.THREE_WAY, detail and f"exact apply fails at {_hunk_of(st.patch, detail)}; 3-way merge is clean"
+            )
         elif st.state == State.CONFLICTING:
-            cell = Cell(CONFLICT, f"{_hunk_of(st.patch, st.detail)} (fails exact and 3-way)")
+            cell = Cell(Outcome.CONFLICT, f"{_hunk_of(st.patch, st.detail)} (fails exact and 3-way)")
         elif st.state == State.ABSENT:
-            cell = Cell(ABSENT, f"missing {st.detail}")
+            cell = Cell(Outcome.ABSENT, f"missing {st.detail}")
         elif st.state == State.UPSTREAM:
-            cell = Cell(UPSTREAM, st.detail)
+            cell = Cell(Outcome.UPSTREAM, st.detail)
         else:
             raise OverlayError(f"{st.patch.label}: unexpected state {st.state.value} in a fresh matrix tree")
         rows.append((st.patch, cell))
@@ -324,46 +242,80 @@ def patch_test_files(patch: Patch) -> list[str]:
     return [c.path for c in patch.changes if c.new_blob and _TEST_FILE.search(c.path)]
 
 
-def _pytest_reason(out: str) -> str:
-    lines = [l.strip() for l in out.splitlines() if l.strip()]
-    words = re.compile(r"\b(passed|failed|error|errors|skipped|no tests ran)\b")
-    summary = next((l for l in reversed(lines) if words.search(l)), "")
-    summary = re.sub(r"\s+in [0-9.]+s.*$", "", summary.strip("= ")).strip("= ")
-    first = next((l for l in lines if l.startswith(("FAILED ", "ERROR "))), "")
-    errs = [l[1:].strip() for l in lines if l.startswith("E ") and l[1:].strip()]
-    error = errs[0] if errs else ""
-    if error.endswith(":") and len(errs) > 1:  # the message continues on the next line
-        error = f"{error} {errs[1]}"
-    if error and " - " not in first:
-        first = f"{first} - {error}" if first else error
-    reason = summary
-    if first:
-        reason = f"{summary}; {first}" if summary else first
-    return reason[:300]
+def _junit_reason(xml: Path, tree: Path) -> str:
+    """'N passed, N failed, ...; FAILED case - first error line', from pytest's --junitxml report."""
+    try:
+        root = ElementTree.parse(xml).getroot()
+    except (OSError, ElementTree.ParseError):
+        return ""
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    if suite is None:
+        return ""
+    counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+    parts = [
+        (passed, "passed"),
+        (counts["failures"], "failed"),
+        (counts["skipped"], "skipped"),
+        (counts["errors"], "error" if counts["errors"] == 1 else "errors"),
+    ]
+    reason = ", ".join(f"{n} {what}" for n, what in parts if n)
+    for case in suite.iter("testcase"):
+        bad = case.find("failure")
+        if bad is None:
+            bad = case.find("error")
+        if bad is None:
+            continue
+        lines = [ln[1:].strip() for ln in (bad.text or "").splitlines() if ln.startswith("E ")]
+        why = lines[0] if lines else (bad.get("message") or "").splitlines()[0]
+        name = "::".join(filter(None, (case.get("classname"), case.get("name"))))
+        kind = "FAILED" if bad.tag == "failure" else "ERROR"
+        reason += f"; {kind} {name} - {why}"
+        break
+    return reason.replace(str(tree), "<tree>")[:300]  # no machine paths in committed output
 
 
-def run_patch_tests(python: Path, vtree: Path, files: list[str], timeout: int = TEST_TIMEOUT_S,
-                    extra_path: list[Path] | None = None, pytest_args: tuple[str, ...] = ()) -> TestResult:
+def run_patch_tests(
+    python: Path,
+    vtree: Path,
+    files: list[str],
+    timeout: int = TEST_TIMEOUT_S,
+    extra_path: list[Path] | None = None,
+    pytest_args: tuple[str, ...] = (),
+) -> TestResult:
     if not files:
-        return TestResult("no tests", "the patch adds or changes no test file")
+        return TestResult(Tests.NO_TESTS, "the patch adds or changes no test file")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(vtree / "python"), *map(str, extra_path or [])])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *pytest_args, *files]
-    try:
-        proc = subprocess.run(cmd, cwd=vtree, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return TestResult("error", f"timed out after {timeout} s", files)
-    out = proc.stdout + proc.stderr
-    reason = _pytest_reason(out).replace(str(vtree), "<tree>")  # no machine paths in committed output
+    with tempfile.TemporaryDirectory(prefix="sgl-overlay-junit-") as tmp:
+        xml = Path(tmp) / "junit.xml"
+        cmd = [
+            str(python),
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "addopts=",
+            f"--junitxml={xml}",
+            *pytest_args,
+            *files,
+        ]
+        try:
+            proc = subprocess.run(cmd, cwd=vtree, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return TestResult(Tests.ERROR, f"timed out after {timeout} s", files)
+        reason = _junit_reason(xml, vtree) or failure_reason(proc)
     if proc.returncode == 0:
         only_skipped = "passed" not in reason and "skipped" in reason
-        return TestResult("skip" if only_skipped else "pass", reason, files)
+        return TestResult(Tests.SKIP if only_skipped else Tests.PASS, reason, files)
     if proc.returncode == 1:
-        return TestResult("fail", reason, files)
+        return TestResult(Tests.FAIL, reason, files)
     if proc.returncode == 5:
-        return TestResult("no tests", reason or "pytest collected nothing", files)
-    return TestResult("error", f"pytest exit {proc.returncode}: {reason}", files)
+        return TestResult(Tests.NO_TESTS, reason or "pytest collected nothing", files)
+    return TestResult(Tests.ERROR, f"pytest exit {proc.returncode}: {reason}", files)
 
 
 # ----------------------------------------------------------------------------- driver
@@ -408,128 +360,163 @@ def _series_for(target: Target, spec: MatrixSpec, version: str) -> tuple[tuple[s
     """The patch files to use at `version` and, for each, the series name it stands for."""
     files, stands_for = [], {}
     for name in target.patches:
-        v = variant_for(spec, name, version)
+        v = spec.variant_for(name, version)
         f = v.file if v else name
         files.append(f)
         stands_for[f] = name
     return tuple(files), stands_for
 
 
-def run_target(target: Target, spec: MatrixSpec, opts: Options, log=print) -> TargetRun:
-    wheel_kind = target.kind == "wheel"
+def _new_run(target: Target, spec: MatrixSpec) -> TargetRun:
     run = TargetRun(
         target=target.name,
-        pinned=target.version if wheel_kind else target.commit,
-        source="registry" if wheel_kind else "pinned commit only",
+        pinned=target.pinned,
+        source="registry" if target.kind == Kind.WHEEL else "pinned commit only",
         patches=list(target.patches),
         variants=[dataclasses.asdict(v) for v in spec.variants],
     )
-    if not wheel_kind:
-        run.note = (f"{target.name} has no registry source (no wheel or sdist of this tree is published): "
-                    f"its row covers the pinned commit {target.commit[:12]} only, rebuilt from the "
-                    "full-context patches.")
+    notes = []
+    if target.kind != Kind.WHEEL:
+        notes.append(
+            f"{target.name} has no registry source (no wheel or sdist of this tree is published): "
+            f"its row covers the pinned commit {target.pinned} only, rebuilt from the "
+            "full-context patches."
+        )
     if not target.patches:
-        run.note = (run.note + " " if run.note else "") + (
+        notes.append(
             f"No patches are listed for {target.name} in patches/manifest.toml at the time of this run; "
-            "the versions were fetched and laid out, nothing was classified.")
-    versions = sorted(dict.fromkeys(spec.versions), key=_version_key) if wheel_kind else [run.pinned[:12]]
-    python = _python_for(target, spec, opts)
-    extra_path = [_repo_path(p, opts) for p in spec.pythonpath]
-    run.tests_env = _tests_env(python, spec, opts) if spec.run_tests else ""
+            "the versions were fetched and laid out, nothing was classified."
+        )
+    run.note = " ".join(notes)
+    return run
 
-    # The pinned tree first: its blobs seed every other version's 3-way merges.
-    def tree_for(version: str) -> tuple[Path, Target, VersionRun, dict[str, str]]:
-        vr = VersionRun(version=version)
-        files, stands_for = _series_for(target, spec, version)
-        if wheel_kind:
-            wheel, sha = fetch_version_wheel(target, version, opts.cache, opts.offline)
-            vr.wheel, vr.sha256 = wheel.name, sha
+
+@dataclass
+class _VersionTree:
+    path: Path
+    series: Series  # the series at this version, variants substituted
+    stands_for: dict[str, str]  # patch file -> the series patch it stands for
+    run: VersionRun
+
+
+def _version_tree(target: Target, spec: MatrixSpec, version: str, opts: Options, log) -> _VersionTree:
+    """Fetch and lay out one version (reused when the same wheel made it)."""
+    vr = VersionRun(version=version)
+    files, stands_for = _series_for(target, spec, version)
+    wheel, sha = None, ""
+    if target.kind == Kind.WHEEL:
+        wheel, sha = fetch.fetch_version_wheel(target, version, opts.cache, opts.offline)
+        vr.wheel, vr.sha256 = wheel.name, sha
+    series = Series.read(_version_target(target, version, wheel, sha, files))
+    dest = opts.build / f"{target.name}-{version}"
+    t0 = time.monotonic()
+    line = prepare_tree(series, dest, wheel, sha, pinned=version == target.pinned)
+    log(f"matrix {target.name} {version}: {line} ({time.monotonic() - t0:.1f} s)")
+    return _VersionTree(dest, series, stands_for, vr)
+
+
+def run_version(vt: _VersionTree, pinned_tree: Path, spec: MatrixSpec, tests: _TestRunner) -> None:
+    """Classify every patch on one version, commit the applicable ones, run their tests."""
+    seed_pinned_objects(vt.path, pinned_tree, list(vt.series.patches))
+    rows = classify(vt.path, vt.series)
+    applied: list[tuple[Patch, Cell]] = []
+    for patch, cell in rows:
+        rel = str(patch.path.relative_to(vt.series.target.patch_dir))
+        cell.patch_file, cell.variant = rel, rel != vt.stands_for[rel]
+        if cell.variant and cell.outcome == Outcome.EXACT:
+            cell.detail = "the variant's pre-image blob ids are this version's files"
+        vt.run.cells[vt.stands_for[rel]] = cell
+        if not cell.outcome.applies:
+            cell.tests = TestResult(Tests.NA, "")
+        elif why := apply_and_commit(vt.path, patch):
+            cell.tests = TestResult(Tests.NOT_RUN, f"git am -3 failed: {why}")
         else:
-            wheel, sha = None, ""
-        vt = _version_target(target, version, wheel, sha, files)
-        dest = opts.build / f"{target.name}-{version}"
-        t0 = time.monotonic()
-        line = prepare_tree(vt, dest, wheel, sha, pinned=version == pinned_version)
-        log(f"matrix {target.name} {version}: {line} ({time.monotonic() - t0:.1f} s)")
-        return dest, vt, vr, stands_for
+            applied.append((patch, cell))
+    # A fix already upstream: its tests still say whether upstream's version of it works.
+    # Only the patch's new test files are written (work tree, no commit).
+    for patch, cell in rows:
+        if cell.outcome == Outcome.UPSTREAM and patch_test_files(patch):
+            new = [f"--include={f}" for f in patch_test_files(patch) if gitutil.blob_at(vt.path, "HEAD", f) is None]
+            if new and gitutil.git(vt.path, "apply", *new, str(patch.path), check=False).returncode == 0:
+                applied.append((patch, cell))
+    for patch, cell in applied:
+        cell.tests = tests.run(vt, patch)
 
-    pinned_version = target.version if wheel_kind else run.pinned[:12]
-    try:
-        pinned_tree, *_ = tree_for(pinned_version)
+
+@dataclass
+class _TestRunner:
+    """How a target's patch tests run: interpreter, extra PYTHONPATH, pytest options, or why not."""
+
+    python: Path
+    extra_path: list[Path]
+    pytest_args: tuple[str, ...]
+    skip_reason: str  # non-empty: tests are not run
+    log: Callable[[str], None]
+
+    def run(self, vt: _VersionTree, patch: Patch) -> TestResult:
+        files = patch_test_files(patch)
+        if self.skip_reason:
+            return TestResult(Tests.NOT_RUN, self.skip_reason, files)
+        if files and not self.python.exists():
+            return TestResult(Tests.NOT_RUN, f"no venv: {self.python} is missing (scripts/setup_venvs.sh)", files)
+        t0 = time.monotonic()
+        result = run_patch_tests(self.python, vt.path, files, extra_path=self.extra_path, pytest_args=self.pytest_args)
+        self.log(
+            f"matrix {vt.series.target.name} {vt.run.version}: {patch.label} tests {result.result} "
+            f"({time.monotonic() - t0:.1f} s)"
+        )
+        return result
+
+
+def run_target(target: Target, spec: MatrixSpec, opts: Options, log=print) -> TargetRun:
+    run = _new_run(target, spec)
+    versions = sorted(dict.fromkeys(spec.versions), key=_version_key) if target.kind == Kind.WHEEL else [target.pinned]
+    python = _python_for(target, spec, opts)
+    run.tests_env = _tests_env(python, spec, opts) if spec.run_tests else ""
+    skip = "" if opts.run_tests and spec.run_tests else (spec.no_tests_reason or "--no-tests")
+    tests = _TestRunner(python, [_repo_path(p, opts) for p in spec.pythonpath], spec.pytest_args, skip, log)
+    try:  # the pinned tree first: its blobs seed every other version's 3-way merges
+        pinned_tree = _version_tree(target, spec, target.pinned, opts, log).path
     except OverlayError as exc:  # nothing can be compared without the pin
         run.versions = [VersionRun(version=v, error=f"pinned tree: {exc}") for v in versions]
         log(f"matrix {target.name}: error: {exc}")
         return run
     for version in versions:
         try:
-            vtree, vt, vr, stands_for = tree_for(version)
+            vt = _version_tree(target, spec, version, opts, log)
         except OverlayError as exc:  # recorded; the run goes on and fails at the end
             run.versions.append(VersionRun(version=version, error=str(exc)))
             log(f"matrix {target.name} {version}: error: {exc}")
             continue
-        run.versions.append(vr)
-        if not target.patches:
-            continue
-        patches = [read_patch(p) for p in vt.patch_paths()]
-        seed_pinned_objects(vtree, pinned_tree, patches)
-        rows = classify(vtree, vt)
-        applied: list[tuple[Patch, Cell]] = []
-        for patch, cell in rows:
-            rel = str(patch.path.relative_to(target.patch_dir))
-            cell.patch_file, cell.variant = rel, rel != stands_for[rel]
-            if cell.variant and cell.outcome == EXACT:
-                cell.detail = "the variant's pre-image blob ids are this version's files"
-            vr.cells[stands_for[rel]] = cell
-            if cell.outcome in APPLIES:
-                why = apply_and_commit(vtree, patch)
-                if why:
-                    cell.tests = TestResult("not run", f"git am -3 failed: {why}")
-                else:
-                    applied.append((patch, cell))
-            else:
-                cell.tests = TestResult("n/a", "")
-        # A fix already upstream: its tests still say whether upstream's version of it works.
-        # Only the patch's new test files are written (work tree, no commit).
-        for patch, cell in rows:
-            if cell.outcome == UPSTREAM and patch_test_files(patch):
-                new = [f"--include={f}" for f in patch_test_files(patch)
-                       if gitutil.blob_at(vtree, "HEAD", f) is None]
-                if new and gitutil.git(vtree, "apply", *new, str(patch.path), check=False).returncode == 0:
-                    applied.append((patch, cell))
-        for patch, cell in applied:
-            files = patch_test_files(patch)
-            if not (opts.run_tests and spec.run_tests):
-                why = spec.no_tests_reason or "--no-tests"
-                cell.tests = TestResult("not run", why, files)
-            elif files and not python.exists():
-                cell.tests = TestResult("not run", f"no venv: {python} is missing (scripts/setup_venvs.sh)", files)
-            else:
-                t0 = time.monotonic()
-                cell.tests = run_patch_tests(python, vtree, files, extra_path=extra_path,
-                                             pytest_args=spec.pytest_args)
-                log(f"matrix {target.name} {version}: {patch.label} tests {cell.tests.result} "
-                    f"({time.monotonic() - t0:.1f} s)")
-        log(f"matrix {target.name} {version}: " + ", ".join(f"{k}={c.outcome}" for k, c in vr.cells.items()))
+        run.versions.append(vt.run)
+        if target.patches:
+            run_version(vt, pinned_tree, spec, tests)
+            log(f"matrix {target.name} {version}: " + ", ".join(f"{k}={c.outcome}" for k, c in vt.run.cells.items()))
     return run
 
 
-def run_matrix(manifest: Manifest, names: list[str] | None, versions: dict[str, list[str]],
-               opts: Options, log=print) -> list[TargetRun]:
+def run_matrix(
+    manifest: Manifest, names: list[str] | None, versions: dict[str, list[str]], opts: Options, log=print
+) -> list[TargetRun]:
     selected = manifest.select(names)
     unknown = sorted(set(versions) - {t.name for t in selected})
     if unknown:
-        raise UsageError(f"--versions names {unknown[0]!r}, which is not among the selected targets "
-                         f"({', '.join(t.name for t in selected)})")
+        raise UsageError(
+            f"--versions names {unknown[0]!r}, which is not among the selected targets "
+            f"({', '.join(t.name for t in selected)})"
+        )
     runs = []
     t0 = time.monotonic()
     for target in selected:
-        spec = load_spec(manifest, target)
+        spec = target.matrix
         if target.name in versions:
             spec = dataclasses.replace(spec, versions=tuple(versions[target.name]))
         runs.append(run_target(target, spec, opts, log))
     cells = sum(len(v.cells) for r in runs for v in r.versions)
-    log(f"matrix: {len(runs)} target(s), {sum(len(r.versions) for r in runs)} version(s), {cells} cell(s) "
-        f"in {time.monotonic() - t0:.0f} s")
+    log(
+        f"matrix: {len(runs)} target(s), {sum(len(r.versions) for r in runs)} version(s), {cells} cell(s) "
+        f"in {time.monotonic() - t0:.0f} s"
+    )
     return runs
 
 

@@ -6,12 +6,14 @@ import contextlib
 import signal
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from sgl_overlay import gitutil
 from sgl_overlay.checkout import Checkout, ensure_writable
 from sgl_overlay.errors import OverlayError
-from sgl_overlay.series import PatchStatus, State, series_status
+from sgl_overlay.manifest import Target
+from sgl_overlay.series import IN, PENDING, Content, PatchStatus, State, content_of, series_status
 from sgl_overlay.tree import check_preimages
 
 INTERRUPTED_EXIT = 130
@@ -44,48 +46,117 @@ def rollback(repo: Path, orig: str) -> None:
         gitutil.git(repo, "reset", "-q", "--hard", orig, new_session=True)
 
 
-def run_am(repo: Path, patches: list[Path], embedded: bool) -> subprocess.CompletedProcess:
+def run_am(
+    repo: Path, patches: list[Path], embedded: bool, flags: list[str] | None = None
+) -> subprocess.CompletedProcess:
     """`git am -3` the patches, shielded from Ctrl-C. Laid-out trees get a fixed committer and
-    date (reproducible ids); a user's checkout its own identity, or a stand-in if it has none."""
-    flags: list[str] = []
+    date (reproducible ids); a user's checkout its own identity, or a stand-in if it has none.
+    `flags` map the patches' paths to a moved folder (Placement.apply_flags)."""
+    extra: list[str] = list(flags or [])
     env: dict[str, str] = {}
     if embedded:
-        flags = ["--committer-date-is-author-date"]
+        extra.append("--committer-date-is-author-date")
         env = {k: v for k, v in gitutil.TOOL_IDENTITY.items() if k.startswith("GIT_COMMITTER")}
     elif not gitutil.has_identity(repo):
         env = {"GIT_COMMITTER_NAME": "sgl-overlay", "GIT_COMMITTER_EMAIL": "sgl-overlay@localhost"}
     return gitutil.git(
-        repo, "am", "-3", "--quiet", "--keep-non-patch", *flags, *map(str, patches),
-        check=False, env=env, new_session=True,
+        repo,
+        "am",
+        "-3",
+        "--quiet",
+        "--keep-non-patch",
+        *extra,
+        *map(str, patches),
+        check=False,
+        env=env,
+        new_session=True,
     )
 
 
+@dataclass
+class Survey:
+    """Every target's patch states in a checkout, read once from one content tree."""
+
+    content: Content
+    rows: dict[str, list[PatchStatus]]
+
+
+def survey(co: Checkout, working_files: bool = False) -> Survey:
+    """States of every target's series; `working_files` reads uncommitted files too (status)."""
+    content = content_of(co.path, working_files)
+    rows = {t.name: series_status(co.path, co.series[t.name], content, co.placement(t.name)) for t in co.targets}
+    return Survey(content, rows)
+
+
 def statuses(co: Checkout) -> dict[str, list[PatchStatus]]:
-    return {t.name: series_status(co.path, t) for t in co.targets}
+    return survey(co).rows
 
 
-def preimage_warnings(co: Checkout, st: dict[str, list[PatchStatus]]) -> list[str]:
-    """Blob mismatches of pinned pre-images, for targets none of whose patches is applied yet."""
+def preimage_warnings(co: Checkout, sv: Survey) -> list[str]:
+    """Blob mismatches of pinned pre-images, for required targets none of whose patches is
+    applied (nor, all of them, already upstream: a series that is in needs no warning)."""
     lines = []
-    for target in co.targets:
-        if any(s.state == State.APPLIED for s in st[target.name]):
+    for target in co.required:
+        rows = sv.rows[target.name]
+        if any(s.state == State.APPLIED for s in rows) or all(s.state in IN for s in rows):
             continue
-        for problem in check_preimages(co.path, "HEAD", target):
+        for problem in check_preimages(co.path, sv.content.tree, target, co.placement(target.name).path):
             if problem.found is not None:  # a missing file is reported as ABSENT by the series
                 lines.append(f"{target.name}: pre-image differs: {problem}")
     return lines
 
 
-def plan(co: Checkout, strict: bool) -> tuple[list[Path], dict[str, list[PatchStatus]], list[str]]:
-    """Decide which patch files to apply; refuse (tree untouched) what cannot go all the way."""
-    st = statuses(co)
-    warnings = preimage_warnings(co, st)
+def optional_note(co: Checkout, target: Target, rows: list[PatchStatus], sv: Survey) -> str:
+    """One line on a target a plain apply leaves alone: what its patches would do here."""
+    name, why = target.name, co.optional[target.name]
+    if all(r.state == State.APPLIED for r in rows):
+        return f"{name}: applied here too ({why})"
+    if all(r.state in IN for r in rows):
+        return f"{name}: already in here ({why}; {', '.join(r.state.value for r in rows)})"
+    bad = next((r for r in rows if r.state in (State.CONFLICTING, State.ABSENT)), None)
+    if bad is not None and bad.state == State.ABSENT:
+        return f"{name}: not applied ({why}); {bad.patch.label} needs {bad.detail}, which is not here"
+    if bad is not None:
+        return (
+            f"{name}: not applied ({why}); {bad.patch.label} conflicts here ({bad.detail}): "
+            f"{_blob_note(co, sv, bad, target)}"
+        )
+    if any(r.state == State.APPLIED for r in rows):
+        return f"{name}: half-applied here ({why}); run `sgl-overlay revert -t {name} --checkout {co.path}`"
+    how = "applies" if all(r.state != State.APPLICABLE_3WAY for r in rows) else "applies with a 3-way merge"
+    return (
+        f"{name}: not applied ({why}); its patch {how} here: add it with "
+        f"`sgl-overlay apply -t {name} --checkout {co.path}`"
+    )
+
+
+def _blob_note(co: Checkout, sv: Survey, row: PatchStatus, target: Target) -> str:
+    """Which file differs from what the conflicting patch is written for: what a port must start from."""
+    where = co.placement(target.name).path
+    for c in row.patch.changes:
+        if not c.old_blob:
+            continue
+        have = gitutil.blob_at(co.path, sv.content.tree, where(c.path))
+        if have and not have.startswith(c.old_blob):
+            return (
+                f"{where(c.path)} is blob {have[:12]}, the patch is written for {c.old_blob[:12]}; "
+                f"it needs a variant for this file"
+            )
+    return "it needs a variant for this tree"
+
+
+def plan(co: Checkout, strict: bool) -> tuple[list[tuple[Path, tuple[str, ...]]], Survey, list[str]]:
+    """Decide which patch files to apply (each with its path-mapping flags); refuse (tree
+    untouched) what cannot go all the way."""
+    sv = survey(co)
+    warnings = preimage_warnings(co, sv)
     if strict and warnings:
         raise OverlayError(f"{warnings[0]} (--strict); use the pinned upstream version or drop --strict")
-    to_apply: list[Path] = []
-    for name, rows in st.items():
+    to_apply: list[tuple[Path, tuple[str, ...]]] = []
+    for target in co.required:
+        name, rows = target.name, sv.rows[target.name]
         applied = [r for r in rows if r.state == State.APPLIED]
-        pending = [r for r in rows if r.state in (State.APPLICABLE, State.APPLICABLE_3WAY)]
+        pending = [r for r in rows if r.state in PENDING]
         for r in rows:
             if r.state == State.ABSENT:
                 raise OverlayError(
@@ -102,44 +173,80 @@ def plan(co: Checkout, strict: bool) -> tuple[list[Path], dict[str, list[PatchSt
                 f"half-applied series: {len(applied)} of {len(rows)} {name} patches are applied in "
                 f"{co.path} ({applied[0].patch.label}); run `sgl-overlay revert` there, then apply again"
             )
-        to_apply += [r.patch.path for r in pending]
-    return to_apply, st, warnings
+        flags = tuple(co.placement(name).apply_flags())
+        to_apply += [(r.patch.path, flags) for r in pending]
+    return to_apply, sv, warnings
 
 
-def check(co: Checkout, strict: bool = False) -> tuple[list[Path], dict[str, list[PatchStatus]], list[str]]:
+def check(co: Checkout, strict: bool = False) -> tuple[list[tuple[Path, tuple[str, ...]]], Survey, list[str]]:
     """What `apply` would do, refusing exactly what `apply` refuses (the dry run of `check`)."""
     ensure_writable(co)
     return plan(co, strict)
+
+
+def notes(co: Checkout, sv: Survey) -> list[str]:
+    """One line per optional target (see Checkout.optional)."""
+    return [optional_note(co, t, sv.rows[t.name], sv) for t in co.targets if t.name in co.optional]
+
+
+def already_in(co: Checkout, sv: Survey) -> str:
+    """The line for a checkout where every required patch is in already."""
+    rows = [r for t in co.required for r in sv.rows[t.name]]
+    applied = sum(r.state == State.APPLIED for r in rows)
+    upstream = len(rows) - applied
+    if not upstream:
+        return f"already applied: {applied} patch(es) in {co.path}; nothing to do"
+    if not applied:
+        return (
+            f"already upstream: {upstream} patch(es) in {co.path} (the files hold their change, "
+            "not from overlay commits); nothing to do"
+        )
+    return f"already applied: {applied} patch(es), already upstream: {upstream}, in {co.path}; nothing to do"
 
 
 def am_failure(proc: subprocess.CompletedProcess) -> str:
     """The line of a failed `git am` that names the conflict or error."""
     lines = (proc.stdout + proc.stderr).strip().splitlines()
     fallback = lines[-1] if lines else "git am failed"
-    return next((l for l in lines if "conflict" in l.lower() or l.startswith("error")), fallback).strip()
+    return next((ln for ln in lines if "conflict" in ln.lower() or ln.startswith("error")), fallback).strip()
+
+
+def _groups(to_apply: list[tuple[Path, tuple[str, ...]]]) -> list[tuple[list[Path], list[str]]]:
+    """Consecutive patches with the same path mapping go in one `git am`."""
+    groups: list[tuple[list[Path], list[str]]] = []
+    for path, flags in to_apply:
+        if groups and groups[-1][1] == list(flags):
+            groups[-1][0].append(path)
+        else:
+            groups.append(([path], list(flags)))
+    return groups
 
 
 def apply(co: Checkout, strict: bool = False) -> list[str]:
-    """Apply every pending patch of every target in one `git am -3`, or nothing at all."""
-    to_apply, st, warnings = check(co, strict)
+    """Apply every pending patch of every required target, or nothing at all."""
+    to_apply, sv, warnings = check(co, strict)
     report = [f"warning: {w} (continuing; --strict refuses)" for w in warnings]
     if not to_apply:
-        total = sum(len(rows) for rows in st.values())
-        return report + [f"already applied: {total} patch(es) in {co.path}; nothing to do"]
+        return report + [already_in(co, sv)] + notes(co, sv)
     orig = gitutil.head(co.path)
     with deferred_signals() as caught:
-        proc = run_am(co.path, to_apply, co.embedded)
-        if proc.returncode != 0 or caught:
-            stuck = _stuck_patch(co.path, to_apply)
-            rollback(co.path, orig)
-            if caught:
-                raise Interrupted(f"interrupted: apply rolled back, {co.path} is as before (HEAD {orig[:12]})")
-            raise OverlayError(
-                f"{stuck} did not apply in {co.path}: {am_failure(proc)}; tree left unchanged "
-                "(see `sgl-overlay status`)"
-            )
-    report.append(f"applied {len(to_apply)} patch(es) to {co.path}: {orig[:12]} -> {gitutil.head(co.path)[:12]}")
-    return report
+        for patches, flags in _groups(to_apply):
+            proc = run_am(co.path, patches, co.embedded, flags)
+            if proc.returncode != 0 or caught:
+                stuck = _stuck_patch(co.path, patches)
+                rollback(co.path, orig)
+                if caught:
+                    raise Interrupted(f"interrupted: apply rolled back, {co.path} is as before (HEAD {orig[:12]})")
+                raise OverlayError(
+                    f"{stuck} did not apply in {co.path}: {am_failure(proc)}; tree left unchanged "
+                    "(see `sgl-overlay status`)"
+                )
+    upstream = sum(r.state == State.UPSTREAM for t in co.required for r in sv.rows[t.name])
+    skipped = f" ({upstream} already upstream, skipped)" if upstream else ""
+    report.append(
+        f"applied {len(to_apply)} patch(es) to {co.path}: {orig[:12]} -> {gitutil.head(co.path)[:12]}{skipped}"
+    )
+    return report + notes(co, sv)
 
 
 def _stuck_patch(repo: Path, to_apply: list[Path]) -> str:
@@ -156,9 +263,10 @@ def revert(co: Checkout) -> list[str]:
     """Remove exactly the overlay's commits: reset if they are on top, `git revert` otherwise."""
     ensure_writable(co)
     st = statuses(co)
-    commits = [r.commit for rows in st.values() for r in rows if r.state == State.APPLIED]
+    commits = list(dict.fromkeys(r.commit for rows in st.values() for r in rows if r.state == State.APPLIED))
     if not commits:
-        return [f"nothing to revert: no overlay commit in {co.path}"]
+        states = "; ".join(f"{name}: {', '.join(r.state.value for r in rows)}" for name, rows in st.items())
+        return [f"nothing to revert: no overlay patch is applied in {co.path} ({states})"]
     orig = gitutil.head(co.path)
     top = gitutil.out(co.path, "rev-list", f"-n{len(commits)}", "HEAD").splitlines()
     with deferred_signals() as caught:
@@ -179,4 +287,6 @@ def revert(co: Checkout) -> list[str]:
         if caught:
             rollback(co.path, orig)
             raise Interrupted(f"interrupted: revert rolled back, {co.path} is as before")
-    return [f"reverted {len(commits)} overlay commit(s) in {co.path} ({how}): {orig[:12]} -> {gitutil.head(co.path)[:12]}"]
+    return [
+        f"reverted {len(commits)} overlay commit(s) in {co.path} ({how}): {orig[:12]} -> {gitutil.head(co.path)[:12]}"
+    ]

@@ -9,8 +9,9 @@ from pathlib import Path
 import unidiff
 from unidiff.constants import LINE_TYPE_CONTEXT, LINE_TYPE_NO_NEWLINE, LINE_TYPE_REMOVED
 
-from sgl_overlay import gitutil
+from sgl_overlay import gitutil, subproc
 from sgl_overlay.errors import OverlayError
+from sgl_overlay.manifest import Target
 
 # `git format-patch`/`git show` context for full-context targets: the whole file, so the
 # patch carries its own pre-image (and `git patch-id` sees the same hunks on both sides).
@@ -61,13 +62,11 @@ def read_patch(path: Path) -> Patch:
     try:
         patchset = unidiff.PatchSet(raw.decode("utf-8"))
     except (UnicodeDecodeError, unidiff.UnidiffParseError) as exc:
-        raise OverlayError(
-            f"corrupt patch file {path} ({exc}); restore it with `git checkout -- {path}`"
-        ) from None
+        raise OverlayError(f"corrupt patch file {path} ({exc}); restore it with `git checkout -- {path}`") from None
     # git's own parser must accept it too: it is what `git am` will run.
     check = gitutil.git(None, "apply", "--numstat", str(path), check=False)
     if check.returncode != 0:
-        reason = (check.stderr.strip().splitlines() or ["git apply rejects it"])[0].removeprefix("error: ")
+        reason = subproc.failure_reason(check).removeprefix("error: ")
         raise OverlayError(f"corrupt patch file {path} ({reason}); restore it with `git checkout -- {path}`")
     subject = _subject(path, raw)
     if not subject or len(patchset) == 0:
@@ -123,3 +122,26 @@ def preimage_from_full_context(patch: Patch, file_path: str) -> bytes:
             last_type = line.line_type
         return "".join(lines).encode("utf-8")
     raise OverlayError(f"{patch.label} does not touch {file_path}")
+
+
+@dataclass(frozen=True)
+class Series:
+    """A target's patches, parsed once and passed to whatever needs them."""
+
+    target: Target
+    patches: tuple[Patch, ...]
+
+    @classmethod
+    def read(cls, target: Target) -> Series:
+        return cls(target, tuple(read_patch(p) for p in target.patch_paths()))
+
+    def final_blobs(self) -> dict[str, str | None]:
+        """Each touched file's blob id after the whole series (None: deleted)."""
+        return {c.path: c.new_blob for patch in self.patches for c in patch.changes}
+
+    def preimage(self, path: str) -> bytes:
+        """A pinned file's pre-image, rebuilt from the first full-context patch touching it."""
+        source = next((p for p in self.patches if path in p.touched()), None)
+        if source is None:
+            raise OverlayError(f"no patch of {self.target.name} touches {path}; fix patches/manifest.toml")
+        return preimage_from_full_context(source, path)

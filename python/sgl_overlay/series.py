@@ -1,4 +1,10 @@
-"""Where each patch of a series stands in a checkout, simulated in a throw-away index."""
+"""Where each patch of a series stands in a checkout, read from the files' content.
+
+A patch is in when the files hold its post-image (the reverse patch applies, as
+patch-package decides it) and can go in when they hold its pre-image (the patch applies).
+History only names *whose* change it is: an overlay commit (applied) or not (already
+upstream). Everything is simulated in a throw-away index seeded from the content tree.
+"""
 
 from __future__ import annotations
 
@@ -7,23 +13,30 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
 from sgl_overlay import gitutil
-from sgl_overlay.manifest import Target
-from sgl_overlay.patchfile import FULL_CONTEXT, Patch, read_patch
+from sgl_overlay.checkout import SAME_PLACE, Placement
+from sgl_overlay.patchfile import Patch, Series, preimage_from_full_context
 
-HISTORY_DEPTH = 2000  # how far back to look for commits made from the overlay's patches
+HISTORY_DEPTH = 2000  # how far back to look for the commit that brought a patch in
+# Context lines around each change when deciding whether a full-context patch is in: one, so
+# that an upstream edit two lines from a change (a 3-way merge keeps both) does not hide it.
+NARROW_CONTEXT = 1
 
 
-class State(str, Enum):
-    APPLIED = "applied"  # a commit made from this patch is in HEAD's history
+class State(StrEnum):
+    APPLIED = "applied"  # the files hold its post-image, brought by a commit made from it
     APPLICABLE = "applicable"  # applies exactly (possibly with line offsets)
     APPLICABLE_3WAY = "applicable (3-way)"  # applies only through a 3-way merge
-    UPSTREAM = "already upstream"  # the change is there, not from our commit (reverse-applies)
+    UPSTREAM = "already upstream"  # the files hold its change, not from a commit made from it
     CONFLICTING = "conflicting"
     ABSENT = "target file absent"
+
+
+PENDING = (State.APPLICABLE, State.APPLICABLE_3WAY)
+IN = (State.APPLIED, State.UPSTREAM)
 
 
 @dataclass
@@ -34,22 +47,39 @@ class PatchStatus:
     commit: str = ""
 
 
-def _patch_id(data: bytes) -> str:
-    return gitutil.git(None, "patch-id", "--stable", input=data).stdout.decode().split(" ")[0]
+@dataclass(frozen=True)
+class Content:
+    """The tree states are read from: HEAD's, or HEAD's plus uncommitted working files."""
+
+    tree: str
+    uncommitted: tuple[str, ...] = ()
 
 
-def find_commit(repo: Path, patch: Patch, full_context: bool) -> str:
-    """The commit in HEAD's recent history made from `patch` (same subject and patch-id), or ''."""
-    log = gitutil.out(repo, "log", f"-n{HISTORY_DEPTH}", "--format=%H%x09%s", "HEAD")
-    wanted = None
+def content_of(repo: Path, working_files: bool = False) -> Content:
+    """HEAD's tree; with `working_files`, the tree the tracked working files make (staged or
+    not), written from a private index so the user's index stays as it is."""
+    head_tree = gitutil.out(repo, "rev-parse", "HEAD^{tree}")
+    if not working_files:
+        return Content(head_tree)
+    changed = gitutil.changed_files(repo)
+    if not changed:
+        return Content(head_tree)
+    with ScratchIndex(repo, head_tree) as scratch:
+        gitutil.git(
+            repo, "update-index", "--add", "--remove", "-z", "--stdin", input="\0".join(changed) + "\0", env=scratch.env
+        )
+        tree = gitutil.git(repo, "write-tree", env=scratch.env).stdout.strip()
+    return Content(tree, tuple(changed))
+
+
+def find_commit(repo: Path, patch: Patch, placement: Placement = SAME_PLACE) -> str:
+    """The newest commit in HEAD's recent history with the patch's subject that touches its
+    files, or ''. Called only when the files already hold the patch's post-image."""
+    paths = dict.fromkeys([placement.path(p) for p in patch.touched()] + patch.touched())  # moved, or not yet
+    log = gitutil.out(repo, "log", f"-n{HISTORY_DEPTH}", "--format=%H%x09%s", "HEAD", "--", *paths)
     for line in log.splitlines():
         sha, _, subject = line.partition("\t")
-        if subject != patch.subject:
-            continue
-        wanted = wanted or _patch_id(patch.path.read_bytes())
-        ctx = [FULL_CONTEXT] if full_context else []
-        shown = gitutil.git(repo, "show", "--format=", *ctx, sha).stdout
-        if _patch_id(shown.encode()) == wanted:
+        if subject == patch.subject:
             return sha
     return ""
 
@@ -58,15 +88,16 @@ class ScratchIndex:
     """A private index seeded from `base` (None: empty): `git apply --cached` there never
     touches the tree. Use it as a context manager."""
 
-    def __init__(self, repo: Path, base: str | None = "HEAD"):
+    def __init__(self, repo: Path, base: str | None = "HEAD", flags: tuple[str, ...] = ()):
         self.repo = repo
+        self.flags = flags  # path mapping for every apply (Placement.apply_flags)
         fd, self.path = tempfile.mkstemp(prefix="sgl-overlay-index-")
         os.close(fd)
         os.unlink(self.path)
         self.env = {"GIT_INDEX_FILE": self.path}
         gitutil.git(repo, "read-tree", *([base] if base else ["--empty"]), env=self.env)
 
-    def __enter__(self) -> "ScratchIndex":
+    def __enter__(self) -> ScratchIndex:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -79,7 +110,14 @@ class ScratchIndex:
         shutil.copyfile(self.path + ".saved", self.path)
 
     def apply(self, patch: Path, *flags: str) -> subprocess.CompletedProcess:
-        return gitutil.git(self.repo, "apply", "--cached", "-v", *flags, str(patch), check=False, env=self.env)
+        return gitutil.git(
+            self.repo, "apply", "--cached", "-v", *self.flags, *flags, str(patch), check=False, env=self.env
+        )
+
+    def blob(self, path: str) -> str | None:
+        """The blob id at `path` in this index (stage 0), or None."""
+        proc = gitutil.git(self.repo, "rev-parse", "--verify", "--quiet", f":{path}", check=False, env=self.env)
+        return proc.stdout.strip() or None
 
     def close(self) -> None:
         for p in (self.path, self.path + ".lock", self.path + ".saved"):
@@ -89,7 +127,7 @@ class ScratchIndex:
 
 def _first_error(proc: subprocess.CompletedProcess) -> str:
     """git's line naming the file and hunk position that failed."""
-    errors = [l[len("error:") :].strip() for l in proc.stderr.splitlines() if l.startswith("error:")]
+    errors = [ln[len("error:") :].strip() for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     for line in errors:
         if line.startswith("patch failed:"):
             return line
@@ -99,64 +137,120 @@ def _first_error(proc: subprocess.CompletedProcess) -> str:
 
 
 def _offsets(proc: subprocess.CompletedProcess) -> str:
-    hunks = [l.strip() for l in proc.stderr.splitlines() if "offset" in l or "fuzz" in l]
+    hunks = [ln.strip() for ln in proc.stderr.splitlines() if "offset" in ln or "fuzz" in ln]
     return "; ".join(hunks)
 
 
-def _already_upstream(scratch: ScratchIndex, patch: Patch) -> str | None:
-    """A detail line when every file the patch modifies already carries its change, else None.
+def _holds(scratch: ScratchIndex, patch: Patch, placement: Placement, side: str) -> bool:
+    """Every file is exactly the patch's `index` blob on `side` ('old' or 'new'; None: absent)."""
+    for c in patch.changes:
+        want = c.old_blob if side == "old" else c.new_blob
+        have = scratch.blob(placement.path(c.path))
+        if (want is None) != (have is None) or (want and not have.startswith(want)):
+            return False
+    return True
 
-    Only modified files are reverse-applied: a fix that landed upstream without the test
-    file the patch adds is still "already upstream".
-    """
+
+def narrow_context(patch: Patch, dest: Path) -> Path:
+    """The patch of a full-context target rewritten with NARROW_CONTEXT lines of context, so
+    that "is it in?" does not also ask "is every other line of the file as pinned?" (a fork's
+    or a 3-way-merged file). Made in a private repository from the pre-images the patch carries."""
+    work = dest / patch.path.stem
+    gitutil.git(None, "init", "-q", str(work))
+    for c in patch.changes:
+        if c.old_blob:
+            out = work / c.path
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(preimage_from_full_context(patch, c.path))
+    gitutil.git(work, "add", "-A")
+    before = gitutil.out(work, "write-tree")
+    gitutil.git(work, "apply", "--cached", str(patch.path))
+    after = gitutil.out(work, "write-tree")
+    narrowed = dest / patch.path.name
+    diff = gitutil.git(work, "diff-tree", "-p", f"-U{NARROW_CONTEXT}", "--full-index", before, after).stdout
+    narrowed.write_text(diff)
+    return narrowed
+
+
+def _post_image(scratch: ScratchIndex, patch: Patch, placement: Placement, reverse: Path) -> str | None:
+    """How the files hold the patch's change ('' for all of it), or None when they do not.
+
+    The whole patch (`reverse`: its narrowed form for full-context targets) reverse-applying
+    means all of it is in; only the files it modifies reverse-applying means the fix is in
+    without the test files it adds."""
+    if _holds(scratch, patch, placement, "new") or scratch.apply(reverse, "--check", "-R").returncode == 0:
+        return ""
     modified = [c.path for c in patch.changes if c.old_blob and c.new_blob]
-    if not modified:
-        return None
-    includes = [f"--include={p}" for p in modified]
-    if scratch.apply(patch.path, "--check", "-R", *includes).returncode != 0:
-        return None
     added = [c.path for c in patch.changes if not c.old_blob]
-    note = f"; the files it adds ({', '.join(added)}) are not upstream" if added else ""
-    return f"{', '.join(modified)} already carry the change (reverse-applies cleanly){note}"
+    if not modified or not added:
+        return None
+    includes = [f"--include={placement.path(p)}" for p in modified]  # matched after the mapping
+    if scratch.apply(reverse, "--check", "-R", *includes).returncode != 0:
+        return None
+    return f"{', '.join(modified)} already carry the change; the files it adds ({', '.join(added)}) are not there"
 
 
-# States whose patch is in the scratch index (an absent file may come from one of them).
-_IN_SCRATCH = (State.APPLIED, State.APPLICABLE, State.APPLICABLE_3WAY)
+def _classify(repo: Path, scratch: ScratchIndex, patch: Patch, placement: Placement, reverse: Path) -> PatchStatus:
+    absent = [c.path for c in patch.changes if c.old_blob and scratch.blob(placement.path(c.path)) is None]
+    if absent:
+        return PatchStatus(patch, State.ABSENT, detail=placement.path(absent[0]))
+    if not _holds(scratch, patch, placement, "old"):
+        present = _post_image(scratch, patch, placement, reverse)
+        if present is not None:
+            return _in(repo, patch, placement, present, "the files hold its post-image (reverse-applies cleanly)")
+    exact = scratch.apply(patch.path, "--check")
+    if exact.returncode == 0:
+        scratch.apply(patch.path)
+        return PatchStatus(patch, State.APPLICABLE, detail=_offsets(exact))
+    # A full-context patch fails at line 1 whatever differs; its narrowed form names the hunk
+    # (and when it applies, the files differ from the pin only away from the changes).
+    narrowed = scratch.apply(reverse, "--check") if reverse != patch.path else exact
+    where = _first_error(narrowed)
+    if not narrowed.returncode:
+        differ = [
+            placement.path(c.path)
+            for c in patch.changes
+            if c.old_blob and not (scratch.blob(placement.path(c.path)) or "").startswith(c.old_blob)
+        ]
+        where = f"{', '.join(differ)}: not the patch's pre-image, but only away from its changes"
+    scratch.save()
+    paths = [placement.path(p) for p in patch.touched()]
+    before = [scratch.blob(p) for p in paths]
+    if scratch.apply(patch.path, "--3way").returncode == 0:
+        if [scratch.blob(p) for p in paths] == before:
+            # The merge changes nothing: the files hold the change amid other edits.
+            return _in(repo, patch, placement, "", "a 3-way merge of it changes nothing: the files hold its change")
+        return PatchStatus(patch, State.APPLICABLE_3WAY, detail=where)
+    scratch.restore()
+    return PatchStatus(patch, State.CONFLICTING, detail=where)
 
 
-def series_status(repo: Path, target: Target) -> list[PatchStatus]:
-    """Classify each patch in order, applying the applicable ones to a scratch index as it goes."""
-    patches = [read_patch(p) for p in target.patch_paths()]
-    result: list[PatchStatus] = []
-    with ScratchIndex(repo) as scratch:
-        for patch in patches:
-            sha = find_commit(repo, patch, target.full_context)
-            if sha:
-                result.append(PatchStatus(patch, State.APPLIED, commit=sha))
-                continue
-            absent = [
-                c.path for c in patch.changes
-                if c.old_blob and gitutil.blob_at(repo, "HEAD", c.path) is None
-                and not any(c.path in r.patch.touched() for r in result if r.state in _IN_SCRATCH)
-            ]
-            if absent:
-                result.append(PatchStatus(patch, State.ABSENT, detail=absent[0]))
-                continue
-            exact = scratch.apply(patch.path, "--check")
-            if exact.returncode == 0:
-                scratch.apply(patch.path)
-                result.append(PatchStatus(patch, State.APPLICABLE, detail=_offsets(exact)))
-                continue
-            present = _already_upstream(scratch, patch)
-            if present is not None:
-                result.append(PatchStatus(patch, State.UPSTREAM, detail=present))
-                continue
-            scratch.save()
-            three = scratch.apply(patch.path, "--3way")
-            # Both name the hunk where the exact apply failed.
-            if three.returncode == 0:
-                result.append(PatchStatus(patch, State.APPLICABLE_3WAY, detail=_first_error(exact)))
-                continue
-            scratch.restore()
-            result.append(PatchStatus(patch, State.CONFLICTING, detail=_first_error(exact)))
-    return result
+def _in(repo: Path, patch: Patch, placement: Placement, partial: str, how: str = "") -> PatchStatus:
+    """The files hold the patch's change: APPLIED when a commit made from it brought it (all of
+    it), else UPSTREAM. `partial` names what is missing (the test files it adds)."""
+    sha = "" if partial else find_commit(repo, patch, placement)
+    if sha:
+        return PatchStatus(patch, State.APPLIED, commit=sha)
+    return PatchStatus(patch, State.UPSTREAM, detail=partial or how)
+
+
+def series_status(
+    repo: Path, series: Series, content: Content | None = None, placement: Placement = SAME_PLACE
+) -> list[PatchStatus]:
+    """Classify each patch in order, applying the pending ones to a scratch index as it goes
+    (a later patch sees the earlier ones in)."""
+    tree = (content or content_of(repo)).tree
+    with (
+        ScratchIndex(repo, tree, tuple(placement.apply_flags())) as scratch,
+        tempfile.TemporaryDirectory(prefix="sgl-overlay-narrow-") as tmp,
+    ):
+        return [
+            _classify(
+                repo,
+                scratch,
+                patch,
+                placement,
+                narrow_context(patch, Path(tmp)) if series.target.full_context else patch.path,
+            )
+            for patch in series.patches
+        ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,8 +12,8 @@ from wheel.wheelfile import WheelFile
 
 from sgl_overlay import gitutil
 from sgl_overlay.errors import OverlayError
-from sgl_overlay.manifest import Target
-from sgl_overlay.patchfile import preimage_from_full_context, read_patch
+from sgl_overlay.manifest import Kind, Target
+from sgl_overlay.patchfile import Series
 
 BASE_TAG = "upstream"
 
@@ -38,16 +39,14 @@ def _extract_wheel(wheel: Path, target: Target, dest: Path) -> int:
     return count
 
 
-def _rebuild_from_patches(target: Target, dest: Path) -> int:
+def _rebuild_from_patches(series: Series, dest: Path) -> int:
     """Write each pinned file's pre-image, taken from the first full-context patch touching it."""
-    patches = [read_patch(p) for p in target.patch_paths()]
+    target = series.target
     for path, blob in target.preimages.items():
-        source = next((p for p in patches if path in p.touched()), None)
-        if source is None:
-            raise OverlayError(f"no patch of {target.name} touches {path}; fix patches/manifest.toml")
-        data = preimage_from_full_context(source, path)
+        data = series.preimage(path)
         found = gitutil.hash_bytes(data)
         if found != blob:
+            source = next(p for p in series.patches if path in p.touched())
             raise OverlayError(
                 f"pre-image of {path} rebuilt from {source.label} hashes to {found}, "
                 f"manifest pins {blob}; the patch was edited by hand: re-export it from the tree"
@@ -70,13 +69,14 @@ class PreimageMismatch:
         return f"{self.path}: expected blob {self.expected}, found {self.found}"
 
 
-def check_preimages(repo: Path, rev: str, target: Target) -> list[PreimageMismatch]:
-    """Each pinned file whose blob at `rev` differs from the manifest (or is missing)."""
+def check_preimages(repo: Path, rev: str, target: Target, where: Callable[[str], str] = str) -> list[PreimageMismatch]:
+    """Each pinned file whose blob at `rev` (a commit or tree) differs from the manifest (or is
+    missing). `where` maps a pinned path to its place in `repo` (a moved folder)."""
     problems = []
     for path, expected in target.preimages.items():
-        found = gitutil.blob_at(repo, rev, path)
+        found = gitutil.blob_at(repo, rev, where(path))
         if found != expected:
-            problems.append(PreimageMismatch(path, expected, found))
+            problems.append(PreimageMismatch(where(path), expected, found))
     return problems
 
 
@@ -90,29 +90,34 @@ def is_ready(dest: Path, target: Target) -> bool:
     )
 
 
-def lay_out(target: Target, dest: Path, wheel: Path | None, force: bool = False, check_pins: bool = True) -> str:
-    """Create `dest` as a git tree of the pinned target (idempotent). Returns a status line.
-    `check_pins=False` (the matrix, for versions other than the pin) skips the pre-image check."""
+def lay_out(
+    target: Target,
+    dest: Path,
+    wheel: Path | None = None,
+    series: Series | None = None,
+    force: bool = False,
+    check_pins: bool = True,
+) -> str:
+    """Create `dest` as a git tree of the pinned target (idempotent) from its `wheel`, or for a
+    patch-context target from its `series`. Returns a status line. `check_pins=False` (the
+    matrix, for versions other than the pin) skips the pre-image check."""
     if is_ready(dest, target) and not force:
         return f"tree {target.name}: {dest} ready (upstream {target.version})"
     if dest.exists():
         if not force and any(dest.iterdir()):
-            raise OverlayError(
-                f"{dest} exists but is not the {target.label} tree; remove it or pass --force"
-            )
+            raise OverlayError(f"{dest} exists but is not the {target.label} tree; remove it or pass --force")
         shutil.rmtree(dest)
     tmp = dest.with_name(dest.name + ".tmp")
     made_parent = not dest.parent.exists()
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        if target.kind == "wheel":
+        if target.kind == Kind.WHEEL:
             assert wheel is not None
             count = _extract_wheel(wheel, target, tmp)
-        elif target.kind == "patch-context":
-            count = _rebuild_from_patches(target, tmp)
         else:
-            raise OverlayError(f"target {target.name}: unknown kind {target.kind!r} in the manifest")
+            assert series is not None
+            count = _rebuild_from_patches(series, tmp)
         gitutil.git(tmp, "init", "-q", "-b", "main")
         gitutil.git(tmp, "config", "sgl-overlay.target", target.name)
         gitutil.git(tmp, "config", "sgl-overlay.version", target.version)

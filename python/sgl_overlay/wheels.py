@@ -1,17 +1,24 @@
-"""Patched wheels: the pinned registry wheel with the series' post-images, under a local version."""
+"""Patched wheels: each pinned registry wheel with the series' post-images, under a local version."""
 
 from __future__ import annotations
 
-import subprocess
+import os
 import sys
 import tempfile
 from pathlib import Path
 
-from sgl_overlay import gitutil
+from packaging import tags
+from packaging.utils import parse_wheel_filename
+from packaging.version import Version
+
+from sgl_overlay import gitutil, subproc
+from sgl_overlay.checkout import Checkout
 from sgl_overlay.errors import OverlayError
-from sgl_overlay.manifest import Target
-from sgl_overlay.series import State, series_status
-from sgl_overlay.verify import final_blobs, verify_tree
+from sgl_overlay.fetch import pip_tag_args
+from sgl_overlay.manifest import Kind, PinnedWheel, Target
+from sgl_overlay.patchfile import Series
+from sgl_overlay.series import IN, series_status
+from sgl_overlay.verify import verify_tree
 
 
 def wheel_path_of(target: Target, tree_path: str) -> str | None:
@@ -22,43 +29,109 @@ def wheel_path_of(target: Target, tree_path: str) -> str | None:
     return None
 
 
-def patched_wheel_name(target: Target, local_version: str) -> str:
-    """The pinned wheel's file name with the local version label (what `wheel pack` writes)."""
-    stem, _, tags = target.wheel[: -len(".whl")].partition(f"-{target.version}-")
-    return f"{stem}-{target.version}+{local_version}-{tags}.whl"
+def patched_wheel_name(wheel_file: str, local_version: str) -> str:
+    """The file name `wheel pack --local-version` gives the patched twin of `wheel_file`: the
+    version gains the local label, the tags stay (joined per part, sorted, as `wheel pack` does)."""
+    name, version, build, wheel_tags = parse_wheel_filename(wheel_file)
+    labelled = Version(f"{version.public}+{local_version}")
+    build_tag = f"-{build[0]}{build[1]}" if build else ""
+    tagline = "-".join(
+        ".".join(sorted({getattr(t, part) for t in wheel_tags})) for part in ("interpreter", "abi", "platform")
+    )
+    return f"{name.replace('-', '_')}-{labelled}{build_tag}-{tagline}.whl"
 
 
-def shipped_changes(target: Target) -> dict[str, str | None]:
+def wheel_for_python(target: Target, python: tuple[int, int]) -> PinnedWheel | None:
+    """The pinned wheel pip would pick for CPython `python` on this platform (None: no wheel fits)."""
+    ranked = [*tags.cpython_tags(python), *tags.compatible_tags(python, interpreter=f"cp{python[0]}{python[1]}")]
+    rank: dict[tags.Tag, int] = {}
+    for i, tag in enumerate(ranked):
+        rank.setdefault(tag, i)
+    fitting = [
+        (min(rank[t] for t in wheel_tags if t in rank), pin)
+        for pin in target.wheels
+        if (wheel_tags := parse_wheel_filename(pin.file)[3]) & rank.keys()
+    ]
+    return min(fitting, key=lambda pair: pair[0])[1] if fitting else None
+
+
+def python_tags(target: Target) -> list[str]:
+    """The interpreter tags of the pinned wheels, e.g. ['cp311', 'cp312', 'cp313']."""
+    return sorted({t.interpreter for pin in target.wheels for t in parse_wheel_filename(pin.file)[3]})
+
+
+def print_names(
+    targets: list[Target], cache: Path, out_dir: Path, local_version: str, python: tuple[int, int] | None = None
+) -> list[str]:
+    """For scripts, one line per pinned wheel (with `python`, only the one pip picks for it): target,
+    Python tag, stock wheel, patched wheel, and the pip options that install it with its own tags."""
+    lines = []
+    for target in targets:
+        if target.kind != Kind.WHEEL:
+            continue
+        pins = target.wheels
+        if python is not None:
+            pin = wheel_for_python(target, python)
+            if pin is None:
+                raise OverlayError(
+                    f"no pinned {target.name} wheel fits Python {python[0]}.{python[1]}; "
+                    f"the pins cover {', '.join(python_tags(target))}"
+                )
+            pins = (pin,)
+        for pin in pins:
+            tag = "-".join(sorted({t.interpreter for t in parse_wheel_filename(pin.file)[3]}))
+            patched = out_dir / patched_wheel_name(pin.file, local_version)
+            lines.append(" ".join([target.name, tag, str(cache / pin.file), str(patched), *pip_tag_args(pin.file)]))
+    return lines
+
+
+def shipped_changes(series: Series) -> dict[str, str | None]:
     """Wheel path -> final blob id, for each file the series changes inside the wheel."""
     result = {}
-    for path, blob in final_blobs(target).items():
-        rel = wheel_path_of(target, path)
+    for path, blob in series.final_blobs().items():
+        rel = wheel_path_of(series.target, path)
         if rel is not None:
             result[rel] = blob
     return result
 
 
-def _run(cmd: list[str], what: str) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise OverlayError(f"{what} failed: {last[0]}")
+def _check_stock(series: Series, unpacked: Path, wheel_name: str) -> None:
+    """Every file the series touches holds its pinned pre-image in this wheel (or is absent where
+    a patch adds it), so the tree's post-images are valid for it too."""
+    target = series.target
+    for path in series.final_blobs():
+        rel = wheel_path_of(target, path)
+        if rel is None:
+            continue
+        want = target.preimages.get(path)
+        found = gitutil.hash_bytes((unpacked / rel).read_bytes()) if (unpacked / rel).is_file() else None
+        if found != want:
+            expected = f"blob {want}" if want else "absent (the series adds it)"
+            raise OverlayError(
+                f"{wheel_name}: {rel} is {f'blob {found}' if found else 'absent'}, the manifest pins {expected} "
+                f"for {path}; the series is proven on the pinned pre-images only: unpin this wheel in "
+                f"patches/manifest.toml or port the series to it"
+            )
 
 
-def build_patched_wheel(target: Target, wheel: Path, tree: Path, out_dir: Path, local_version: str) -> Path:
-    """Unpack the pinned wheel, write the patched files from the verified tree, repack.
+def build_patched_wheel(series: Series, wheel: Path, tree: Path, out_dir: Path, local_version: str) -> Path:
+    """Unpack a pinned wheel, write the patched files from the verified tree, repack.
 
     `wheel pack` regenerates RECORD and renames the dist-info for the local version; every
-    other file keeps its bytes and the wheel keeps its original tags.
+    other file keeps its bytes and the wheel keeps its original tags. The tree was laid out
+    from the target's first wheel; any pinned wheel whose touched files hold the same pinned
+    pre-images gets the same post-image blobs.
     """
-    problems = verify_tree(tree, target)
+    target = series.target
+    problems = verify_tree(tree, series)
     if problems:
         raise OverlayError(f"{problems[0]}; run `make trees` (fetch, apply, verify) first")
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        _run([sys.executable, "-m", "wheel", "unpack", "-d", tmp, str(wheel)], f"unpacking {wheel.name}")
+        subproc.run([sys.executable, "-m", "wheel", "unpack", "-d", tmp, str(wheel)], f"unpacking {wheel.name}")
         (unpacked,) = [p for p in Path(tmp).iterdir() if p.is_dir()]
-        for path, blob in final_blobs(target).items():
+        _check_stock(series, unpacked, wheel.name)
+        for path, blob in series.final_blobs().items():
             rel = wheel_path_of(target, path)
             if rel is None:
                 continue  # tests and tooling the patches add outside the package
@@ -66,23 +139,41 @@ def build_patched_wheel(target: Target, wheel: Path, tree: Path, out_dir: Path, 
             if blob is None:
                 dest.unlink(missing_ok=True)
                 continue
-            data = gitutil.git(tree, "cat-file", "blob", f"HEAD:{path}", input=b"").stdout
+            data = gitutil.cat_blob(tree, "HEAD", path)
+            if data is None:
+                raise OverlayError(f"{tree} lacks {path} at HEAD; run `make trees` (fetch, apply, verify) first")
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(data)
-        _run([sys.executable, "-m", "wheel", "pack", "-d", str(out_dir), "--local-version", local_version,
-              str(unpacked)], f"packing the patched {target.name} wheel")
-    made = out_dir / patched_wheel_name(target, local_version)
+        # Zip timestamps from the tree's last commit (patch dates): the same pins give the same bytes.
+        epoch = os.environ.get("SOURCE_DATE_EPOCH") or gitutil.out(tree, "log", "-1", "--format=%at", "HEAD")
+        subproc.run(
+            [
+                sys.executable,
+                "-m",
+                "wheel",
+                "pack",
+                "-d",
+                str(out_dir),
+                "--local-version",
+                local_version,
+                str(unpacked),
+            ],
+            f"packing the patched {wheel.name}",
+            env={"SOURCE_DATE_EPOCH": epoch},
+        )
+    made = out_dir / patched_wheel_name(wheel.name, local_version)
     if not made.is_file():
         raise OverlayError(f"`wheel pack` did not write {made}; is the wheel package >= 0.46 installed?")
     return made
 
 
-def build_from_checkout(checkout: Path, targets: list[Target], out_dir: Path) -> Path:
+def build_from_checkout(co: Checkout, out_dir: Path) -> Path:
     """Upstream's own build of python/ in a checkout whose overlay series is fully in."""
-    for target in targets:
+    checkout = co.path
+    for target in co.targets:
         if not target.layout:
             continue
-        pending = [r for r in series_status(checkout, target) if r.state not in (State.APPLIED, State.UPSTREAM)]
+        pending = [r for r in series_status(checkout, co.series[target.name]) if r.state not in IN]
         if pending:
             raise OverlayError(
                 f"{pending[0].patch.label} is {pending[0].state.value} in {checkout}; "
@@ -90,8 +181,10 @@ def build_from_checkout(checkout: Path, targets: list[Target], out_dir: Path) ->
             )
     out_dir.mkdir(parents=True, exist_ok=True)
     before = set(out_dir.glob("*.whl"))
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out_dir), str(checkout / "python")],
-         f"building {checkout / 'python'} with upstream's build")
+    subproc.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out_dir), str(checkout / "python")],
+        f"building {checkout / 'python'} with upstream's build",
+    )
     made = sorted(set(out_dir.glob("*.whl")) - before)
     if not made:
         raise OverlayError(f"pip wheel produced no wheel from {checkout / 'python'}")

@@ -28,11 +28,11 @@ except ImportError:
 from sgl_kernel.elementwise import copy_list_to_gpu_no_ce, copy_to_gpu_no_ce  # noqa: E402,F401
 '''
 
-ELEMENTWISE = '''from sgl_kernel_ext.sglang_plugin import list_replacement, replacement
+ELEMENTWISE = """from sgl_kernel_ext.sglang_plugin import list_replacement, replacement
 
 copy_to_gpu_no_ce = replacement()
 copy_list_to_gpu_no_ce = list_replacement()
-'''
+"""
 
 
 def write_shim(dest: Path) -> Path:

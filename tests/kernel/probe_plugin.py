@@ -8,10 +8,10 @@ extension's python dir. Prints one JSON line.
 import ast
 import json
 
-import torch
-
 import sgl_kernel
 import sgl_kernel.elementwise
+import torch
+
 import sgl_kernel_ext
 
 calls = []
@@ -37,9 +37,7 @@ import sglang  # noqa: E402
 path = sglang.__path__[0] + "/srt/layers/moe/moe_runner/deep_gemm.py"
 tree = ast.parse(open(path).read())
 fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "copy_list_to_gpu_no_ce")
-imports = [
-    (n.module, [a.name for a in n.names]) for n in ast.walk(fn) if isinstance(n, ast.ImportFrom)
-]
+imports = [(n.module, [a.name for a in n.names]) for n in ast.walk(fn) if isinstance(n, ast.ImportFrom)]
 from sglang.srt.layers.moe.moe_runner import deep_gemm  # noqa: E402  (hooked by load_plugins)
 
 list_results = []

@@ -7,9 +7,9 @@ import json
 import sys
 from pathlib import Path
 
+import kernel_patch as kp
 import torch
 
-import kernel_patch as kp
 import sgl_kernel_ext  # PYTHONPATH: the extension's source tree first
 
 build_dir, src = Path(sys.argv[1]), Path(sys.argv[2])

@@ -38,9 +38,10 @@ def test_bootstrap_interval_is_seeded_and_covers_the_median():
 
 def _blocks(b, op, fb, aa, k=12):
     mk = lambda v: {"host_us": v, "device_us": v}  # noqa: E731
-    return [{"op": mk(op), "op_again": mk(aa * (1 + 0.001 * (i % 3 - 1))),
-             "fallback": mk(fb * (1 + 0.001 * (i % 5 - 2)))}
-            for i in range(k)]
+    return [
+        {"op": mk(op), "op_again": mk(aa * (1 + 0.001 * (i % 3 - 1))), "fallback": mk(fb * (1 + 0.001 * (i % 5 - 2)))}
+        for i in range(k)
+    ]
 
 
 def test_verdict_separates_a_difference_from_noise():
@@ -88,8 +89,15 @@ def test_launch_cost_compiles(tmp_path):
     nvcc = shutil.which("nvcc")
     assert nvcc, "nvcc is needed to compile benchmarks/launch_cost.cu"
     proc = subprocess.run(
-        [nvcc, "-O3", "-std=c++17", "-gencode=arch=compute_90,code=sm_90", "-o", str(tmp_path / "launch_cost"),
-         str(REPO / "benchmarks" / "launch_cost.cu")],
+        [
+            nvcc,
+            "-O3",
+            "-std=c++17",
+            "-gencode=arch=compute_90,code=sm_90",
+            "-o",
+            str(tmp_path / "launch_cost"),
+            str(REPO / "benchmarks" / "launch_cost.cu"),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
@@ -99,16 +107,33 @@ def test_launch_cost_compiles(tmp_path):
 
 def test_caller_cost_from_a_smoke_report(tmp_path):
     bench = subprocess.run(
-        [sys.executable, str(BENCH), "--smoke", "--blocks", "4", "--bootstrap", "100", "--values", "counts",
-         "--out-dir", str(tmp_path)],
+        [
+            sys.executable,
+            str(BENCH),
+            "--smoke",
+            "--blocks",
+            "4",
+            "--bootstrap",
+            "100",
+            "--values",
+            "counts",
+            "--out-dir",
+            str(tmp_path),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert bench.returncode == 0, bench.stderr
     proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "caller_cost.py"), "--bench", str(tmp_path / "bench_copy.json"),
-         "--out-dir", str(tmp_path)],
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "caller_cost.py"),
+            "--bench",
+            str(tmp_path / "bench_copy.json"),
+            "--out-dir",
+            str(tmp_path),
+        ],
         capture_output=True,
         text=True,
         timeout=300,

@@ -24,9 +24,8 @@ import subprocess
 import sys
 import zipfile
 
-import pytest
-
 import kernel_patch as kp
+import pytest
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +39,18 @@ def wheel_build(tmp_path_factory):
     env["NVCC_APPEND_FLAGS"] = (env.get("NVCC_APPEND_FLAGS", "") + " -Xptxas=-v").strip()
     env.setdefault("MAX_JOBS", str(max(1, min(4, os.cpu_count() or 1))))
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "-w", str(work / "dist"),
-         str(src)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-v",
+            "--no-build-isolation",
+            "--no-deps",
+            "-w",
+            str(work / "dist"),
+            str(src),
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -72,10 +81,10 @@ def test_built_with_the_cxx_standard_torch_needs(wheel_build):
     import torch
 
     major, minor = (int(x) for x in torch.__version__.split(".")[:2])
-    nvcc_lines = [l for l in wheel_build["log"].splitlines() if "nvcc" in l and "copy.cu" in l and " -c " in l]
+    nvcc_lines = [ln for ln in wheel_build["log"].splitlines() if "nvcc" in ln and "copy.cu" in ln and " -c " in ln]
     assert nvcc_lines, "no nvcc command for copy.cu in the build log"
     if (major, minor) >= (2, 12):
-        assert all("-std=c++20" in l for l in nvcc_lines), nvcc_lines[0]
+        assert all("-std=c++20" in ln for ln in nvcc_lines), nvcc_lines[0]
 
 
 def test_shared_library_defines_the_ops(wheel_build):
@@ -209,8 +218,9 @@ def test_wheel_loads_and_registers_under_python(wheel_build, tmp_path, venv):
 
 
 def _symbol_versions(path, prefix: str) -> list[tuple[int, ...]]:
-    out = subprocess.run([shutil.which("objdump") or "objdump", "-T", str(path)], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [shutil.which("objdump") or "objdump", "-T", str(path)], capture_output=True, text=True, check=True
+    ).stdout
     return sorted({tuple(int(x) for x in v.split(".")) for v in re.findall(rf"\b{prefix}_([0-9.]+[0-9])\b", out)})
 
 

@@ -69,7 +69,7 @@ def _ext_import_dir() -> str:
     return str(Path(sgl_kernel_ext.__file__).resolve().parents[1])
 
 
-def _random(n: int) -> "torch.Tensor":
+def _random(n: int) -> torch.Tensor:
     return torch.randint(INT32.min, INT32.max, (n,), dtype=torch.int32)
 
 

@@ -19,9 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import kernel_patch as kp
+import pytest
 
 EXT_COPY_CU = kp.EXT_DIR / "csrc" / "copy.cu"
 

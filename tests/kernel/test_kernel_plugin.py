@@ -14,9 +14,9 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+import kernel_patch as kp
 import pytest
 
-import kernel_patch as kp
 from conftest import run_probe
 
 HERE = Path(__file__).resolve().parent
@@ -38,9 +38,7 @@ def _layout(tmp_path: Path) -> Path:
     project = tomllib.loads((kp.EXT_DIR / "pyproject.toml").read_text())["project"]
     dist = site / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
     dist.mkdir()
-    (dist / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n"
-    )
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
     lines = []
     for group, eps in project["entry-points"].items():
         lines.append(f"[{group}]")

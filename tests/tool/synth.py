@@ -9,6 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.utils import parse_wheel_filename
 from wheel.wheelfile import WheelFile
 
 from sgl_overlay.gitutil import hash_bytes
@@ -73,9 +74,6 @@ class Overlay:
     upstream: Path
     series: list[Path]
 
-    def manifest_text(self, extra: str = "") -> str:
-        return (self.patches / "manifest.toml").read_text() + extra
-
 
 def make_overlay(tmp: Path, target: str = "sglang") -> Overlay:
     """Author two patches in a scratch clone, as a maintainer would, and pin them."""
@@ -110,16 +108,17 @@ def make_wheel(path: Path, files: dict[str, str]) -> str:
     """Write a real wheel (RECORD included; name and version from the file name) and
     return its sha256."""
     name, version = path.name.split("-")[:2]
+    tags = "".join(f"Tag: {t}\n" for t in sorted(map(str, parse_wheel_filename(path.name)[3])))
     with WheelFile(path, "w") as wf:
         for rel, text in files.items():
             wf.writestr(rel, text)
         info = f"{name}-{version}.dist-info"
         wf.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-        wf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        wf.writestr(f"{info}/WHEEL", f"Wheel-Version: 1.0\nRoot-Is-Purelib: true\n{tags}")
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def pin_wheel(ov: "Overlay", cache: Path, files: dict[str, str] | None = None) -> Path:
+def pin_wheel(ov: Overlay, cache: Path, files: dict[str, str] | None = None) -> Path:
     """The overlay's pinned wheel (sglang 1.0) in `cache`, its sha256 written into the manifest."""
     cache.mkdir(parents=True, exist_ok=True)
     wheel = cache / "sglang-1.0-py3-none-any.whl"
@@ -127,6 +126,22 @@ def pin_wheel(ov: "Overlay", cache: Path, files: dict[str, str] | None = None) -
     manifest = ov.patches / "manifest.toml"
     manifest.write_text(manifest.read_text().replace("0" * 64, sha))
     return wheel
+
+
+def pin_wheels(ov: Overlay, cache: Path, wheels: dict[str, dict[str, str]]) -> list[Path]:
+    """Several pinned wheels of sglang 1.0 (file name -> contents, one per Python tag) in `cache`,
+    written into the manifest as `wheels = [...]` in this order."""
+    cache.mkdir(parents=True, exist_ok=True)
+    paths = [cache / name for name in wheels]
+    pins = ", ".join(
+        f'{{ file = "{p.name}", sha256 = "{make_wheel(p, files)}" }}' for p, files in zip(paths, wheels.values())
+    )
+    manifest = ov.patches / "manifest.toml"
+    text = manifest.read_text()
+    single = f'wheel = "sglang-1.0-py3-none-any.whl"\nsha256 = "{"0" * 64}"\n'
+    assert single in text
+    manifest.write_text(text.replace(single, f"wheels = [{pins}]\n"))
+    return paths
 
 
 def snapshot(repo: Path) -> tuple:
@@ -148,5 +163,101 @@ def snapshot(repo: Path) -> tuple:
 
 def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "sgl_overlay", *args], capture_output=True, text=True,
-                          cwd=cwd, env=full_env)
+    return subprocess.run(
+        [sys.executable, "-m", "sgl_overlay", *args], capture_output=True, text=True, cwd=cwd, env=full_env
+    )
+
+
+# ----------------------------------------------------------------------------- fork-shaped checkouts
+
+KERNEL = "sgl-kernel/csrc/elementwise/copy.cu"
+KERNEL_TEST = "sgl-kernel/tests/test_copy.py"
+AOT = "python/sglang/kernels/aot/"  # where sgl-project/sglang moved sgl-kernel/
+KERNEL_CU = "".join(f"kernel {i}\n" for i in range(1, 31))
+KERNEL_TEST_PY = """import pytest
+import torch
+
+from kern import copy
+
+
+@pytest.mark.parametrize("size", [64, 72])
+def test_copy(size):
+    copy(size)
+
+
+if __name__ == "__main__":
+    pytest.main([__file__])
+"""
+# What the kernel patch makes of it: a constant after the imports, more sizes, one more test.
+KERNEL_TEST_FIXED = (
+    KERNEL_TEST_PY.replace("from kern import copy\n", "from kern import copy\n\nMAX_N = 512\n")
+    .replace("[64, 72]", "[16, 17, 32, 64, 72, 512]")
+    .replace("\n\nif __name__", "\n\ndef test_too_large():\n    pass\n\n\nif __name__")
+)
+# Upstream's later edit of the same test file (an import on top, the exit code at the end): a
+# 3-way merge with the patch is clean, but merging the patch again into the result is not.
+KERNEL_TEST_UPSTREAM = "import sys\n\n" + KERNEL_TEST_PY.replace(
+    "    pytest.main([__file__])", "    sys.exit(pytest.main([__file__]))"
+)
+KT_MARKER = "python/sglang/srt/layers/moe/benchmark_kt_ep.py"  # a file only the KT fork has
+SGLANG_URL = "https://github.com/sgl-project/sglang"
+KT_URL = "https://github.com/kvcache-ai/sglang"
+
+
+def add_kernel_target(ov: Overlay, tmp: Path, upstream: str) -> Path:
+    """Add an `sgl-kernel` target to the overlay's manifest: one full-context patch (as the real
+    one is written) changing kernel line 15 of copy.cu and its test; returns the patch."""
+    work = make_upstream(tmp / "kernel-work", files={KERNEL: KERNEL_CU, KERNEL_TEST: KERNEL_TEST_PY})
+    write(work, KERNEL, edit_line(KERNEL_CU, "kernel 15\n", "kernel 15 fixed\n"))
+    write(work, KERNEL_TEST, KERNEL_TEST_FIXED)
+    git(work, "commit", "-qam", "sgl-kernel: copy every length")
+    out = ov.patches / "sgl-kernel"
+    out.mkdir()
+    git(work, "format-patch", "-q", "--full-index", "-U100000", "-o", str(out), "HEAD~1..HEAD")
+    patch = next(out.glob("*.patch"))
+    manifest = ov.patches / "manifest.toml"
+    manifest.write_text(
+        manifest.read_text()
+        + (
+            f'\n[targets.sgl-kernel]\nkind = "patch-context"\nversion = "abc"\nupstream = "{upstream}"\n'
+            f'commit = "abc"\ncontext = "full"\nmarker = "{KERNEL}"\npatches = ["{patch.name}"]\n\n'
+            f'[targets.sgl-kernel.preimages]\n"{KERNEL}" = "{blob(KERNEL_CU)}"\n"{KERNEL_TEST}" = "{blob(KERNEL_TEST_PY)}"\n'
+        )
+    )
+    return patch
+
+
+def make_fork_overlay(tmp: Path) -> Overlay:
+    """An overlay shaped like the real one: `sglang-kt` (project, KT fork, two patches), `sglang`
+    (project, sgl-project, no patches here) and `sgl-kernel` (component of sgl-project)."""
+    ov = make_overlay(tmp, target="sglang-kt")
+    manifest = ov.patches / "manifest.toml"
+    manifest.write_text(
+        manifest.read_text().replace(
+            'upstream = "https://example.com/sglang-kt"', f'upstream = "{KT_URL}"\nmarker = "{KT_MARKER}"'
+        )
+        + f'\n[targets.sglang]\nkind = "wheel"\nversion = "1.0"\nupstream = "{SGLANG_URL}"\nproject_name = "sglang"\n'
+        f'wheel = "sglang-1.0-py3-none-any.whl"\nsha256 = "{"0" * 64}"\npatches = []\n'
+    )
+    add_kernel_target(ov, tmp, SGLANG_URL)
+    return ov
+
+
+def make_fork_checkout(
+    ov: Overlay, dest: Path, kernel: str = KERNEL_CU, name: str = "sglang-kt", kernel_test: str = KERNEL_TEST_PY
+) -> Path:
+    """A kvcache-ai/sglang-shaped clone: the KT package, the fork's marker file, and its own
+    sgl-kernel/ copy. `kernel` and `kernel_test` are the fork's copy.cu and test, committed on
+    top of the pinned ones (so a 3-way merge finds the pinned blobs in history, as in the real fork)."""
+    co = clone(ov.upstream, dest)
+    write(co, "python/pyproject.toml", f'[project]\nname = "{name}"\n')
+    write(co, KT_MARKER, "# KT benchmark\n")
+    write(co, KERNEL, KERNEL_CU)
+    write(co, KERNEL_TEST, KERNEL_TEST_PY)
+    git(co, "add", "-A")
+    git(co, "commit", "-qm", "fork: KT package and sgl-kernel copy")
+    if (kernel, kernel_test) != (KERNEL_CU, KERNEL_TEST_PY):
+        write(co, KERNEL, kernel)
+        write(co, KERNEL_TEST, kernel_test)
+        git(co, "commit", "-qam", "fork: its own copy.cu and test")
+    return co

@@ -17,8 +17,10 @@ def _findings(version: str | None, plugins=(EP,), live=None):
     dists = {"sglang-kernel": {"version": "0.4.10", "root": "/x"}}
     if version:
         dists[EXT_DIST] = {"version": version, "root": "/x"}
-    return {f.what.split(":")[0]: f.ok for f in check_kernel({"dists": dists, "plugins": list(plugins), "live": live},
-                                                             Path("dist"))}
+    return {
+        f.what.split(":")[0]: f.ok
+        for f in check_kernel({"dists": dists, "plugins": list(plugins), "live": live}, Path("dist"))
+    }
 
 
 def test_current_extension_reports_the_fast_path():

@@ -6,7 +6,18 @@ import re
 from pathlib import Path
 
 from synth import (
-    HOOK_PY, MODEL_PY, blob, cli, clone, edit_line, git, make_overlay, make_upstream, pin_wheel, snapshot, write,
+    HOOK_PY,
+    MODEL_PY,
+    blob,
+    cli,
+    clone,
+    edit_line,
+    git,
+    make_overlay,
+    make_upstream,
+    pin_wheel,
+    snapshot,
+    write,
 )
 
 
@@ -72,7 +83,10 @@ def test_user_checkout_warns_on_other_preimage_and_applies(tmp_path: Path) -> No
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"warning: sglang: pre-image differs: python/sglang/model\.py: expected blob", proc.stdout)
     assert git(co, "log", "--format=%s", "-3").splitlines() == [
-        "hook: fix line 5 and model line 30", "model: fix line 10", "their change"]
+        "hook: fix line 5 and model line 30",
+        "model: fix line 10",
+        "their change",
+    ]
     assert "line 1 local" in (co / "python/sglang/model.py").read_text()  # their change kept
     # Their commit on top of ours: revert must use `git revert`, keeping their commit.
     write(co, "NOTES", "mine\n")
@@ -115,7 +129,7 @@ def test_full_context_target_rebuilt_without_network(tmp_path: Path) -> None:
     git(up, "format-patch", "-q", "--full-index", "-U100000", "-o", str(out), "HEAD~1..HEAD")
     name = next(out.glob("*.patch")).name
     (tmp_path / "patches" / "manifest.toml").write_text(
-        '[targets.sgl-kernel]\nkind = "patch-context"\nversion = "abc"\nupstream = "u"\ncommit = "abc"\n'
+        'schema = 1\n[targets.sgl-kernel]\nkind = "patch-context"\nversion = "abc"\nupstream = "u"\ncommit = "abc"\n'
         f'context = "full"\nmarker = "sgl-kernel/csrc/copy.cu"\npatches = ["{name}"]\n'
         f'[targets.sgl-kernel.preimages]\n"sgl-kernel/csrc/copy.cu" = "{blob(files["sgl-kernel/csrc/copy.cu"])}"\n'
         f'"sgl-kernel/tests/t.py" = "{blob(files["sgl-kernel/tests/t.py"])}"\n'
@@ -126,7 +140,7 @@ def test_full_context_target_rebuilt_without_network(tmp_path: Path) -> None:
     assert (tree / "sgl-kernel/csrc/copy.cu").read_text() == files["sgl-kernel/csrc/copy.cu"]
     _run(*base, "apply")
     assert "verified sgl-kernel" in _run(*base, "verify")
-    # A hand-edited patch can no longer prove its pre-image: fetch refuses, nothing is laid out.
+    # A hand-edited patch cannot prove its pre-image: fetch refuses, nothing is laid out.
     patch = out / name
     patch.write_text(patch.read_text().replace(" int a;", " int A;"))
     before = snapshot(tmp_path / "trees2")

@@ -23,10 +23,9 @@ import json
 import sys
 from pathlib import Path
 
-from synth import blob, cli, clone, git, make_upstream, make_wheel, snapshot, write
-
 from sgl_overlay import matrix, matrix_report
 from sgl_overlay.manifest import load_manifest
+from synth import blob, cli, clone, git, make_upstream, make_wheel, snapshot, write
 
 BASE = "".join(f"V{i} = {i}\n" for i in range(1, 41))
 HOOK = "".join(f"H{i} = {i}\n" for i in range(1, 21))
@@ -48,8 +47,9 @@ VERSIONS = {
 }
 
 
-def _author(tmp: Path, name: str, files: dict[str, str], edits: dict[str, str], extra: dict[str, str],
-            subject: str, out: Path) -> Path:
+def _author(
+    tmp: Path, name: str, files: dict[str, str], edits: dict[str, str], extra: dict[str, str], subject: str, out: Path
+) -> Path:
     repo = make_upstream(tmp / name, files=files)
     for rel, text in {**edits, **extra}.items():
         write(repo, rel, text)
@@ -68,13 +68,21 @@ def make_history(tmp: Path) -> tuple[Path, Path]:
     cache.mkdir()
     shas = {}
     for version, files in VERSIONS.items():
-        shas[version] = make_wheel(cache / f"sglang-{version}-py3-none-any.whl",
-                                   {"sglang/__init__.py": "", "sglang/hook.py": HOOK, **files})
+        shas[version] = make_wheel(
+            cache / f"sglang-{version}-py3-none-any.whl", {"sglang/__init__.py": "", "sglang/hook.py": HOOK, **files}
+        )
     patches = tmp / "patches"
     series = patches / "sglang"
     pin = {"python/sglang/__init__.py": "", "python/sglang/model.py": BASE, "python/sglang/hook.py": HOOK}
-    p1 = _author(tmp, "w1", pin, {"python/sglang/model.py": FIXED}, {"test/unit/test_model.py": TEST_MODEL},
-                 "model: set V10 to 100", series)
+    p1 = _author(
+        tmp,
+        "w1",
+        pin,
+        {"python/sglang/model.py": FIXED},
+        {"test/unit/test_model.py": TEST_MODEL},
+        "model: set V10 to 100",
+        series,
+    )
     # Patch 2 is authored on top of patch 1 (a series), and carries no test.
     p2_repo = clone(tmp / "w1", tmp / "w2")
     write(p2_repo, "python/sglang/hook.py", HOOK.replace("H5 = 5\n", "H5 = 50\n"))
@@ -85,8 +93,15 @@ def make_history(tmp: Path) -> tuple[Path, Path]:
     # The variant: the same fix where upstream 0.5 called the file models.py.
     old = {"python/sglang/__init__.py": "", "python/sglang/models.py": BASE, "python/sglang/hook.py": HOOK}
     variant_test = TEST_MODEL.replace("import model", "import models as model")
-    var = _author(tmp, "w0", old, {"python/sglang/models.py": FIXED},
-                  {"test/unit/test_model.py": variant_test}, "model: set V10 to 100", series / "variants")
+    var = _author(
+        tmp,
+        "w0",
+        old,
+        {"python/sglang/models.py": FIXED},
+        {"test/unit/test_model.py": variant_test},
+        "model: set V10 to 100",
+        series / "variants",
+    )
     (patches / "manifest.toml").write_text(
         'schema = 1\n\n[targets.sglang]\nkind = "wheel"\nversion = "1.0"\n'
         'upstream = "https://example.com/sglang"\nrequirement = "sglang==1.0"\n'
@@ -95,7 +110,7 @@ def make_history(tmp: Path) -> tuple[Path, Path]:
         f'patches = ["{p1.name}", "{p2.name}"]\n\n'
         f'[targets.sglang.preimages]\n"python/sglang/model.py" = "{blob(BASE)}"\n'
         f'"python/sglang/hook.py" = "{blob(HOOK)}"\n\n'
-        f'[targets.sglang.matrix]\nversions = [{", ".join(repr(v).replace(chr(39), chr(34)) for v in VERSIONS)}]\n\n'
+        f"[targets.sglang.matrix]\nversions = [{', '.join(repr(v).replace(chr(39), chr(34)) for v in VERSIONS)}]\n\n"
         f'[[targets.sglang.variants]]\npatch = "{p1.name}"\nfile = "variants/{var.name}"\n'
         'versions = ["0.5"]\nreason = "model.py was called models.py"\n'
     )
@@ -105,19 +120,28 @@ def make_history(tmp: Path) -> tuple[Path, Path]:
 def test_every_outcome_class(tmp_path: Path) -> None:
     patches, cache = make_history(tmp_path)
     manifest = load_manifest(patches)
-    opts = matrix.Options(root=tmp_path, cache=cache, build=tmp_path / "build" / "matrix", offline=True,
-                          python={"sglang": Path(sys.executable)})
+    opts = matrix.Options(
+        root=tmp_path,
+        cache=cache,
+        build=tmp_path / "build" / "matrix",
+        offline=True,
+        python={"sglang": Path(sys.executable)},
+    )
     runs = matrix.run_matrix(manifest, None, {}, opts, log=lambda *_: None)
     assert matrix.errors(runs) == []
     md = matrix_report.to_markdown(matrix_report.to_json(runs))
     p1, p2 = manifest.get("sglang").patches
     assert "| patch | 0.5 | 0.6 | 0.7 | 0.8 | 0.9 | 1.0 | 1.1 |" in md
-    assert (f"| `{p1}` | exact (variant) · tests pass | absent | **conflict** | 3-way · **tests FAIL** "
-            "| offsets · tests pass | exact · tests pass | upstream · tests pass |") in md
+    assert (
+        f"| `{p1}` | exact (variant) · tests pass | absent | **conflict** | 3-way · **tests FAIL** "
+        "| offsets · tests pass | exact · tests pass | upstream · tests pass |"
+    ) in md
     # Patch 2 modifies model.py after patch 1: absent where the file is, judged on its own where patch 1
     # conflicts (0.7), exact on 1.1, whose model.py is the very blob patch 2 was written against.
-    assert (f"| `{p2}` | absent | absent | offsets · no tests | offsets · no tests | offsets · no tests "
-            "| exact · no tests | exact · no tests |") in md
+    assert (
+        f"| `{p2}` | absent | absent | offsets · no tests | offsets · no tests | offsets · no tests "
+        "| exact · no tests | exact · no tests |"
+    ) in md
 
     data = matrix_report.to_json(runs)["targets"]["sglang"]
     cells = {v["version"]: v["cells"][p1] for v in data["versions"]}
@@ -150,9 +174,23 @@ def test_every_outcome_class(tmp_path: Path) -> None:
 def test_cli_writes_outputs_and_exits_zero_on_conflicts(tmp_path: Path) -> None:
     patches, cache = make_history(tmp_path)
     out = tmp_path / "docs"
-    proc = cli("--patches", str(patches), "--cache", str(cache), "--trees", str(tmp_path / "build" / "trees"),
-               "matrix", "--offline", "--no-tests", "--versions", "0.7,1.0", "--target", "sglang",
-               "--out", str(out))
+    proc = cli(
+        "--patches",
+        str(patches),
+        "--cache",
+        str(cache),
+        "--trees",
+        str(tmp_path / "build" / "trees"),
+        "matrix",
+        "--offline",
+        "--no-tests",
+        "--versions",
+        "0.7,1.0",
+        "--target",
+        "sglang",
+        "--out",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads((out / "compat-matrix.json").read_text())
     row = {v["version"]: v["cells"] for v in data["targets"]["sglang"]["versions"]}
@@ -165,8 +203,21 @@ def test_cli_writes_outputs_and_exits_zero_on_conflicts(tmp_path: Path) -> None:
 
 def test_cli_fails_on_a_missing_wheel_but_still_writes(tmp_path: Path) -> None:
     patches, cache = make_history(tmp_path)
-    proc = cli("--patches", str(patches), "--cache", str(cache), "--trees", str(tmp_path / "build" / "trees"),
-               "matrix", "--offline", "--no-tests", "--versions", "sglang=1.0,2.0", "--out", str(tmp_path / "o"))
+    proc = cli(
+        "--patches",
+        str(patches),
+        "--cache",
+        str(cache),
+        "--trees",
+        str(tmp_path / "build" / "trees"),
+        "matrix",
+        "--offline",
+        "--no-tests",
+        "--versions",
+        "sglang=1.0,2.0",
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert proc.returncode == 1
     assert "no wheel of sglang 2.0" in proc.stderr
     data = json.loads((tmp_path / "o" / "compat-matrix.json").read_text())
@@ -177,11 +228,32 @@ def test_a_partial_run_keeps_the_other_targets_rows(tmp_path: Path) -> None:
     patches, cache = make_history(tmp_path)
     out = tmp_path / "docs"
     out.mkdir()
-    other = {"pinned": "0.7.2", "source": "registry", "note": "", "patches": [], "variants": [],
-             "versions": [{"version": "0.7.2", "wheel": "x.whl", "sha256": "ab" * 32, "cells": {}}]}
+    other = {
+        "pinned": "0.7.2",
+        "source": "registry",
+        "note": "",
+        "patches": [],
+        "variants": [],
+        "versions": [{"version": "0.7.2", "wheel": "x.whl", "sha256": "ab" * 32, "cells": {}}],
+    }
     (out / "compat-matrix.json").write_text(json.dumps({"schema": 1, "targets": {"sglang-kt": other}}))
-    proc = cli("--patches", str(patches), "--cache", str(cache), "--trees", str(tmp_path / "build" / "trees"),
-               "matrix", "--offline", "--no-tests", "--versions", "1.0", "-t", "sglang", "--out", str(out))
+    proc = cli(
+        "--patches",
+        str(patches),
+        "--cache",
+        str(cache),
+        "--trees",
+        str(tmp_path / "build" / "trees"),
+        "matrix",
+        "--offline",
+        "--no-tests",
+        "--versions",
+        "1.0",
+        "-t",
+        "sglang",
+        "--out",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads((out / "compat-matrix.json").read_text())
     assert list(data["targets"]) == ["sglang", "sglang-kt"]
@@ -194,13 +266,18 @@ def test_patch_tests_get_the_targets_stand_ins(tmp_path: Path) -> None:
     """`pythonpath` / `pytest_args` of the matrix table reach the patch's test run (e.g. kt_cpu_stubs)."""
     tree = tmp_path / "tree"
     write(tree, "python/sglang/__init__.py", "")
-    write(tree, "test/test_x.py", "import os\n\nimport native_stub\n\n\n"
-          "def test_x():\n    assert native_stub.OK and os.environ['STUB_PLUGIN'] == '1'\n")
+    write(
+        tree,
+        "test/test_x.py",
+        "import os\n\nimport native_stub\n\n\n"
+        "def test_x():\n    assert native_stub.OK and os.environ['STUB_PLUGIN'] == '1'\n",
+    )
     stubs = tmp_path / "stubs"
     write(stubs, "native_stub.py", "OK = True\n")
     write(stubs, "stub_plugin.py", "import os\n\nos.environ['STUB_PLUGIN'] = '1'\n")
-    with_stubs = matrix.run_patch_tests(Path(sys.executable), tree, ["test/test_x.py"], extra_path=[stubs],
-                                        pytest_args=("-p", "stub_plugin"))
+    with_stubs = matrix.run_patch_tests(
+        Path(sys.executable), tree, ["test/test_x.py"], extra_path=[stubs], pytest_args=("-p", "stub_plugin")
+    )
     assert (with_stubs.result, with_stubs.reason) == ("pass", "1 passed")
     bare = matrix.run_patch_tests(Path(sys.executable), tree, ["test/test_x.py"])
     assert bare.result == "error" and "No module named 'native_stub'" in bare.reason

@@ -1,14 +1,22 @@
-"""Patched wheels from a synthetic pinned wheel, installed for real; doctor on stock and patched envs."""
+"""Patched wheels from synthetic pinned wheels (one or one per Python tag), installed for real; doctor on
+stock and patched envs; bad wheel pins."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
-from conftest import check_record
-from synth import HOOK_PY, MODEL_PY, cli, clone, git, make_overlay, pin_wheel
+import pytest
+from wheel.wheelfile import WheelFile
+
+from helpers import check_record
+from sgl_overlay.manifest import load_manifest
+from sgl_overlay.wheels import patched_wheel_name, wheel_for_python
+from synth import HOOK_PY, MODEL_PY, cli, clone, git, make_overlay, pin_wheel, pin_wheels
 
 
 def _venv(path: Path) -> Path:
@@ -17,13 +25,30 @@ def _venv(path: Path) -> Path:
 
 
 def _install(python: Path, wheel: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                    "--disable-pip-version-check", str(wheel)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "-q",
+            "--no-deps",
+            "--disable-pip-version-check",
+            str(wheel),
+        ],
+        check=True,
+    )
 
 
 def _site(python: Path) -> Path:
-    out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return Path(out.stdout.strip())
 
 
@@ -81,3 +106,183 @@ def test_wheel_from_user_checkout_uses_upstream_build(tmp_path: Path) -> None:
     (built,) = out.glob("sglang-1.0-*.whl")
     with zipfile.ZipFile(built) as zf:
         assert "line 10 fixed" in zf.read("sglang/model.py").decode()
+
+
+# Two pinned wheels of one version, as upstream ships one per Python tag: the tag of the Python
+# running the tests, and one that no Python >= 3.11 installs. Their extension stand-in differs.
+NATIVE = f"cp{sys.version_info.major}{sys.version_info.minor}"
+OTHER = "cp39"
+
+
+def _tagged_overlay(tmp_path: Path, other_hook: str = HOOK_PY) -> tuple[list[Path], list[str]]:
+    ov = make_overlay(tmp_path)
+    stock = pin_wheels(
+        ov,
+        tmp_path / "cache",
+        {
+            f"sglang-1.0-{tag}-none-any.whl": {
+                "sglang/model.py": MODEL_PY,
+                "sglang/hook.py": hook,
+                "sglang/_native.txt": f"built for {tag}\n",
+            }
+            for tag, hook in ((NATIVE, HOOK_PY), (OTHER, other_hook))
+        },
+    )
+    base = ["--patches", str(ov.patches), "--cache", str(tmp_path / "cache"), "--trees", str(tmp_path / "trees")]
+    for step in (["fetch", "--offline"], ["apply"]):
+        proc = cli(*base, *step)
+        assert proc.returncode == 0, proc.stderr
+    return stock, base
+
+
+def test_every_pinned_wheel_gets_the_same_post_images(tmp_path: Path) -> None:
+    stock, base = _tagged_overlay(tmp_path)
+    proc = cli(*base, "wheels", "--out", str(tmp_path / "dist"))
+    assert proc.returncode == 0, proc.stderr
+    built = {p.name: p for p in (tmp_path / "dist").glob("*.whl")}
+    assert sorted(built) == sorted(f"sglang-1.0+overlay.1-{tag}-none-any.whl" for tag in (NATIVE, OTHER))
+    tree = tmp_path / "trees" / "sglang" / "python"
+    for s in stock:
+        patched = built[patched_wheel_name(s.name, "overlay.1")]
+        with WheelFile(s) as ws, WheelFile(patched) as wp:  # WheelFile checks each RECORD hash on read
+            stock_files = {n for n in ws.namelist() if ".dist-info/" not in n}
+            assert stock_files == {n for n in wp.namelist() if ".dist-info/" not in n}
+            for name in stock_files:
+                want = (tree / name).read_bytes() if name in ("sglang/model.py", "sglang/hook.py") else ws.read(name)
+                assert wp.read(name) == want, f"{patched.name}: {name}"
+            assert "Tag: " + s.name.split("-")[2] in wp.read("sglang-1.0+overlay.1.dist-info/WHEEL").decode()
+    time.sleep(2)  # zip timestamps have a 2 s resolution: a rebuild must not depend on the clock
+    again = cli(*base, "wheels", "--out", str(tmp_path / "again"))
+    assert again.returncode == 0, again.stderr
+    for name, path in built.items():
+        assert (tmp_path / "again" / name).read_bytes() == path.read_bytes(), f"{name} is not reproducible"
+
+    manifest = load_manifest(tmp_path / "patches")
+    target = manifest.get("sglang")
+    assert wheel_for_python(target, sys.version_info[:2]).file == stock[0].name
+    assert wheel_for_python(target, (3, 9)).file == stock[1].name
+    assert wheel_for_python(target, (3, 10)) is None
+    py_stock = _venv(tmp_path / "stock")
+    _install(py_stock, stock[0])
+    proc = cli(
+        "--patches",
+        str(tmp_path / "patches"),
+        "doctor",
+        "--no-live",
+        "--dist",
+        str(tmp_path / "dist"),
+        "--python",
+        str(py_stock),
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    fix = f"fix: pip install --no-deps --force-reinstall {tmp_path / 'dist'}/sglang-1.0+overlay.1-{NATIVE}-none-any.whl"
+    assert proc.stdout.count(fix) == 2, proc.stdout
+
+
+def test_twin_wheel_with_another_preimage_is_refused(tmp_path: Path) -> None:
+    _, base = _tagged_overlay(tmp_path, other_hook=HOOK_PY.replace("hook 1\n", "hook 1 elsewhere\n"))
+    proc = cli(*base, "wheels", "--out", str(tmp_path / "dist"))
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(err) == 1, proc.stderr
+    assert re.search(
+        rf"sglang-1\.0-{OTHER}-none-any\.whl: sglang/hook\.py is blob [0-9a-f]{{40}}, the manifest "
+        r"pins blob [0-9a-f]{40} for python/sglang/hook\.py; .*unpin this wheel",
+        err[0],
+    ), err[0]
+    assert not list((tmp_path / "dist").glob(f"*-{OTHER}-*.whl"))
+
+
+# A manifest edit -> the one error line it must give (name: what is wrong).
+BAD_MANIFESTS = {
+    "wheel and wheels": (
+        lambda t: t.replace("wheels = [", 'wheel = "sglang-1.0-py3-none-any.whl"\nwheels = ['),
+        r"target 'sglang' has both `wheel` and `wheels`; keep one",
+    ),
+    "wheel without sha256": (
+        lambda t: re.sub(r', sha256 = "[0-9a-f]+"', "", t, count=1),
+        r"target 'sglang': a pinned wheel lacks key 'sha256'",
+    ),
+    "wheel of another version": (
+        lambda t: t.replace("sglang-1.0-cp39", "sglang-1.1-cp39"),
+        r"target 'sglang' is version 1\.0, its wheel sglang-1\.1-cp39-none-any\.whl is 1\.1; "
+        r"pin the wheel of version 1\.0",
+    ),
+    "no wheel": (
+        lambda t: re.sub(r"wheels = \[.*\]", "wheels = []", t),
+        r"target 'sglang' is of kind wheel but pins none",
+    ),
+    "invalid wheel file name": (
+        lambda t: t.replace("sglang-1.0-cp39-none-any.whl", "sglang-1.0.whl"),
+        r"target 'sglang': Invalid wheel filename",
+    ),
+    "unknown kind": (
+        lambda t: t.replace('kind = "wheel"', 'kind = "sdist"'),
+        r"target 'sglang' has unknown kind 'sdist'; use one of wheel, patch-context",
+    ),
+    "no schema": (
+        lambda t: t.replace("schema = 1\n", ""),
+        r"manifest\.toml lacks `schema = 1`; add that line at its top",
+    ),
+    "other schema": (
+        lambda t: t.replace("schema = 1\n", "schema = 2\n"),
+        r"manifest\.toml is schema 2, this sgl-overlay reads schema 1",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_MANIFESTS))
+def test_bad_manifest(tmp_path: Path, name: str) -> None:
+    edit, message = BAD_MANIFESTS[name]
+    ov = make_overlay(tmp_path)
+    pin_wheels(
+        ov,
+        tmp_path / "cache",
+        {f"sglang-1.0-{tag}-none-any.whl": {"sglang/model.py": MODEL_PY} for tag in (NATIVE, OTHER)},
+    )
+    manifest = ov.patches / "manifest.toml"
+    manifest.write_text(edit(manifest.read_text()))
+    proc = cli("--patches", str(ov.patches), "--cache", str(tmp_path / "cache"), "fetch", "--offline")
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(err) == 1, proc.stderr
+    assert re.search(message, err[0]), err[0]
+
+
+def test_print_names_lists_each_pinned_wheel_and_its_twin(tmp_path: Path) -> None:
+    ov = make_overlay(tmp_path)
+    stock = pin_wheels(
+        ov,
+        tmp_path / "cache",
+        {f"sglang-1.0-{tag}-none-any.whl": {"sglang/model.py": MODEL_PY} for tag in (NATIVE, OTHER)},
+    )
+    base = [
+        "--patches",
+        str(ov.patches),
+        "--cache",
+        str(tmp_path / "cache"),
+        "wheels",
+        "--print-names",
+        "--out",
+        str(tmp_path / "dist"),
+    ]
+    proc = cli(*base)
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()]
+    assert [r[:4] for r in rows] == [
+        ["sglang", tag, str(s), str(tmp_path / "dist" / patched_wheel_name(s.name, "overlay.1"))]
+        for tag, s in zip((NATIVE, OTHER), stock)
+    ]
+    assert rows[1][4:] == [
+        "--only-binary=:all:",
+        "--platform",
+        "any",
+        "--abi",
+        "none",
+        "--implementation",
+        "cp",
+        "--python-version",
+        "39",
+    ]
+    (only,) = cli(*base, "--for-python", "3.9").stdout.splitlines()
+    assert only.split()[:2] == ["sglang", OTHER]
+    none = cli(*base, "--for-python", "3.10")
+    assert none.returncode == 1 and "no pinned sglang wheel fits Python 3.10" in none.stderr
