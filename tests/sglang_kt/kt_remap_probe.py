@@ -13,9 +13,7 @@ import sys
 import tempfile
 from types import SimpleNamespace
 
-sys.path.insert(
-    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "kt_native_stubs")
-)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "kt_native_stubs"))
 import kt_cpu_stubs  # noqa: E402  (must precede sglang)
 import torch  # noqa: E402
 
@@ -31,9 +29,7 @@ def code(expert, shard, index):
 def full_weight(expert, shard, hidden, inter):
     if shard in ("w1", "w3"):  # [intermediate, hidden], rows are the TP-sharded dim
         rows = torch.arange(inter, dtype=torch.float32)
-        return (
-            (rows + code(expert, shard, 0)).unsqueeze(1).expand(inter, hidden).clone()
-        )
+        return (rows + code(expert, shard, 0)).unsqueeze(1).expand(inter, hidden).clone()
     cols = torch.arange(inter, dtype=torch.float32)  # w2: [hidden, intermediate]
     return (cols + code(expert, shard, 0)).unsqueeze(0).expand(hidden, inter).clone()
 
@@ -42,9 +38,7 @@ class FakeServerArgs(SimpleNamespace):
     """The ServerArgs fields FusedMoE and the KT wrapper read (plain values)."""
 
     def __getattr__(self, name):  # only reached for missing fields
-        raise AttributeError(
-            f"FakeServerArgs has no field {name!r}; add it to the probe"
-        )
+        raise AttributeError(f"FakeServerArgs has no field {name!r}; add it to the probe")
 
     def get_hf_config(self):
         return self.hf_config
@@ -98,9 +92,7 @@ def run_case(cfg):
         kt_numa_nodes=None,
         kt_num_gpu_experts=cfg.get("kt_num_gpu_experts"),
         kt_gpu_experts_ratio=None,
-        kt_expert_placement_strategy=(
-            "uniform" if cfg["strategy"] == "explicit" else cfg["strategy"]
-        ),
+        kt_expert_placement_strategy=("uniform" if cfg["strategy"] == "explicit" else cfg["strategy"]),
         kt_max_deferred_experts_per_token=None,
         kt_gpu_prefill_token_threshold=None,
         kt_enable_dynamic_expert_update=False,
@@ -149,9 +141,7 @@ def run_case(cfg):
             logical_to_all_physical_map=p2l.unsqueeze(-1).clone(),
         )
         expert_location.set_global_expert_location_metadata(meta)
-    assert (layer_mod.get_global_expert_location_metadata() is None) == (
-        cfg["path"] == "none"
-    )
+    assert (layer_mod.get_global_expert_location_metadata() is None) == (cfg["path"] == "none")
 
     quant_config = None
     if modelopt:
@@ -161,9 +151,7 @@ def run_case(cfg):
         modelopt_quant.is_blackwell_supported = lambda: True
         # swizzle_blockscale() ends in `.cuda()` (create_weights uses it for shapes).
         kt_cpu_stubs.keep_cuda_copies_on_cpu()
-        quant_config = modelopt_quant.ModelOptFp4Config(
-            is_checkpoint_nvfp4_serialized=True, group_size=16
-        )
+        quant_config = modelopt_quant.ModelOptFp4Config(is_checkpoint_nvfp4_serialized=True, group_size=16)
 
     moe = layer_mod.FusedMoE(
         num_experts=routed + shared,

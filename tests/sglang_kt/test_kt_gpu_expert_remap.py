@@ -41,15 +41,14 @@ import json
 from pathlib import Path
 
 import pytest
+
 from conftest import in_patch_test, run_probe, run_pytest
 
 HERE = Path(__file__).resolve().parent
 PROBE = HERE / "kt_remap_probe.py"
 STUBS = HERE / "kt_native_stubs"
 TARGET = "sglang-kt"
-UPSTREAM_TEST = Path(
-    "test/registered/unit/layers/moe/test_fused_moe_kt_weight_loader.py"
-)
+UPSTREAM_TEST = Path("test/registered/unit/layers/moe/test_fused_moe_kt_weight_loader.py")
 
 PR_MASK = [76, 145, 262, 268]  # the non-prefix placement of kvcache-ai/sglang PR #97
 PR_EXPERTS = 270
@@ -60,20 +59,14 @@ def _frequency_counts(num_layers=4, num_experts=16):
     import random
 
     rng = random.Random(FREQ_COUNTS_SEED)
-    return [
-        [[rng.randrange(1000) for _ in range(num_experts)] for _ in range(num_layers)]
-    ]
+    return [[[rng.randrange(1000) for _ in range(num_experts)] for _ in range(num_layers)]]
 
 
 def _cases():
     """name -> probe config (without `path`)."""
     cases = {
-        "pr_mask": dict(
-            num_routed_experts=PR_EXPERTS, strategy="explicit", gpu_experts=PR_MASK
-        ),
-        "small_mask": dict(
-            num_routed_experts=8, strategy="explicit", gpu_experts=[1, 4, 6]
-        ),
+        "pr_mask": dict(num_routed_experts=PR_EXPERTS, strategy="explicit", gpu_experts=PR_MASK),
+        "small_mask": dict(num_routed_experts=8, strategy="explicit", gpu_experts=[1, 4, 6]),
         "random": dict(
             num_routed_experts=16,
             strategy="random",
@@ -87,9 +80,7 @@ def _cases():
             layer_id="auto",
             logical_count=_frequency_counts(),
         ),
-        "uniform": dict(
-            num_routed_experts=16, strategy="uniform", kt_num_gpu_experts=5, layer_id=2
-        ),
+        "uniform": dict(num_routed_experts=16, strategy="uniform", kt_num_gpu_experts=5, layer_id=2),
         "front-loading": dict(
             num_routed_experts=16,
             strategy="front-loading",
@@ -134,11 +125,7 @@ def _cases():
             intermediate_size=64,
         ),
     }
-    return {
-        f"{name}/{path}": dict(cfg, path=path)
-        for name, cfg in cases.items()
-        for path in ("none", "trivial")
-    }
+    return {f"{name}/{path}": dict(cfg, path=path) for name, cfg in cases.items() for path in ("none", "trivial")}
 
 
 CASES = _cases()
@@ -182,12 +169,8 @@ def expected_global(res):
 
 
 def assert_correct(res):
-    assert (
-        res["num_slots"] == res["num_gpu_experts"] == len(res["gpu_index_to_logical"])
-    )
-    assert all(
-        s[p] != "unwritten" for s in res["slots"] for p in s
-    ), "a GPU slot was not written"
+    assert res["num_slots"] == res["num_gpu_experts"] == len(res["gpu_index_to_logical"])
+    assert all(s[p] != "unwritten" for s in res["slots"] for p in s), "a GPU slot was not written"
     assert slot_experts(res) == expected_global(res)
 
 
@@ -202,9 +185,7 @@ def test_probe_runs_real_modules(results, stock_root, patched_root):
         res = results[label]["small_mask/none"]
         assert (
             Path(res["layer_file"]).resolve()
-            == (
-                Path(root) / "sglang/srt/layers/moe/fused_moe_triton/layer.py"
-            ).resolve()
+            == (Path(root) / "sglang/srt/layers/moe/fused_moe_triton/layer.py").resolve()
         )
         assert res["ktransformers_available"] is True  # real kt_kernel import
         assert res["kt_cpu_wrapper"] == "CpuExpertEngineStandIn"  # TP rank 0 built it
@@ -264,10 +245,7 @@ def test_prefix_strategies_unchanged(results, strategy):
             assert res["mask_is_prefix"]
             assert res["gpu_index_to_logical"] == list(range(res["num_gpu_experts"]))
             assert_correct(res)
-    assert (
-        results["stock"][f"{strategy}/none"]["slots"]
-        == results["patched"][f"{strategy}/none"]["slots"]
-    )
+    assert results["stock"][f"{strategy}/none"]["slots"] == results["patched"][f"{strategy}/none"]["slots"]
 
 
 # ---------------------------------------------------------------- parallelism
@@ -284,16 +262,9 @@ def test_moe_tp_ranks(results, tp_rank):
         assert_correct(res)
         # Every slot holds this rank's shard: rows/cols [tp_rank*4, tp_rank*4+4).
         assert shard_starts(res) == {(tp_rank * inter_per_rank,) * 3}
-    assert (
-        results["patched"][f"{name}/none"]["slots"]
-        == results["patched"][f"{name}/trivial"]["slots"]
-    )
+    assert results["patched"][f"{name}/none"]["slots"] == results["patched"][f"{name}/trivial"]["slots"]
     stock = results["stock"][f"{name}/none"]
-    assert (
-        slot_experts(stock)
-        == list(range(stock["num_gpu_experts"]))
-        != stock["gpu_index_to_logical"]
-    )
+    assert slot_experts(stock) == list(range(stock["num_gpu_experts"])) != stock["gpu_index_to_logical"]
 
 
 def test_ep_rank_local_range(results):
@@ -351,14 +322,9 @@ def test_nvfp4_input_scales_global_on_both_paths(results):
         assert res["w2_input_scale"] == [_scale(e, "w2") for e in range(8)]
         # The per-slot scales (weight_scale_2) follow the KT remap.
         n = res["num_gpu_experts"]
-        assert res["w13_weight_scale_2"][:n] == [
-            [_scale(e, "w1"), _scale(e, "w3")] for e in (1, 4, 6)
-        ]
+        assert res["w13_weight_scale_2"][:n] == [[_scale(e, "w1"), _scale(e, "w3")] for e in (1, 4, 6)]
         assert res["w2_weight_scale_2"][:n] == [_scale(e, "w2") for e in (1, 4, 6)]
-    assert (
-        results["patched"]["nvfp4/none"]["w13_input_scale"]
-        == results["patched"]["nvfp4/trivial"]["w13_input_scale"]
-    )
+    assert results["patched"]["nvfp4/none"]["w13_input_scale"] == results["patched"]["nvfp4/trivial"]["w13_input_scale"]
 
 
 def test_nvfp4_input_scales_stock_metadata_path_is_wrong(results):

@@ -43,9 +43,9 @@ if not torch.cuda.is_available():
 
 import sgl_kernel  # noqa: E402,F401  (the stub: fail here, not deep inside sglang)
 
-assert getattr(sgl_kernel, "__file__", "").endswith(
-    "kt_native_stubs/sgl_kernel/__init__.py"
-), f"expected the CPU stub of sgl_kernel, got {sgl_kernel!r}"
+assert getattr(sgl_kernel, "__file__", "").endswith("kt_native_stubs/sgl_kernel/__init__.py"), (
+    f"expected the CPU stub of sgl_kernel, got {sgl_kernel!r}"
+)
 
 
 class CpuExpertEngineStandIn:
@@ -63,4 +63,3 @@ def keep_cuda_copies_on_cpu():
 
 def use_cpu_expert_engine_stand_in(kt_ep_wrapper_module):
     kt_ep_wrapper_module.KTMoEWrapper = CpuExpertEngineStandIn
-
