@@ -63,10 +63,11 @@ test-launch: wheels
 matrix: trees
 	$(TOOL) matrix
 
-# The K3 / MegaMoE token-cap grid (also part of test-sglang), writing its summary into
-# docs/k3-token-cap-grid.{md,json}.
+# The whole K3 / MegaMoE token-cap grid (test-sglang runs a fixed-seed sample of it),
+# writing its summary into docs/k3-token-cap-grid.{md,json}.
 k3-grid: venvs trees
-	SGL_OVERLAY_K3_GRID_WRITE=1 .venvs/sglang/bin/python $(PYTEST) tests/sglang/test_k3_token_cap_grid.py
+	SGL_OVERLAY_K3_GRID_CONFIGS=1100 SGL_OVERLAY_K3_GRID_WRITE=1 \
+	  .venvs/sglang/bin/python $(PYTEST) tests/sglang/test_k3_token_cap_grid.py
 
 clean:
 	rm -rf build dist

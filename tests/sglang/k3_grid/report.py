@@ -93,26 +93,24 @@ def refusal_cause(row: dict, result: dict) -> str:
     k3 = row["model"] in K3_MODELS
     if not k3:
         if "decode / verify forward" in error:
-            return (
-                "generic decode budget: decode graph bucket x tokens per request, "
-                "not divided by attention TP"
-            )
-        if "token_partition=none" in error or "token_partition=attn_cp_size" in error:
-            return (
-                "generic prefill budget without attention DP: the chunk padded to "
-                "attention TP but not divided by it (upstream's rule, kept)"
-            )
+            if "decode graph" in error or "graph bucket" in error:
+                return "generic decode budget: decode graph max bs x tokens per request, not split over attention TP"
+            return "generic decode budget above the rows the runtime forms"
+        if "token_partition=none" in error:
+            return "generic prefill budget without attention DP: the chunk padded to attention TP, not split over it"
+        if "token_partition=attn_dp_size" in error:
+            return "generic prefill budget under attention DP: the per-DP chunk not split over attention TP"
+        if "token_partition=attn_cp_size" in error:
+            return "generic prefill budget under prefill CP: the chunk divided by attention CP (upstream's rule, kept)"
+        if "token_partition=attn_tp_size" in error:
+            return "generic prefill budget on the attention-TP shard above the rows the runtime forms"
         return "generic budget"
     if "The decode bound" in error:
-        return (
-            "K3 decode bound pads the request pool to lcm(attention TP, 2 x CP), "
-            "where the runtime pads less"
-        )
+        if "decode cuda graph max bs" in error:
+            return "K3 decode bound: max(decode graph max bs, request pool) taken as the batch"
+        return "K3 decode bound above the rows the runtime forms"
     if "The prefill bound" in error and ref.get("unpadded"):
-        return (
-            "K3 unpadded prefill bound counts chunk - 1 rows whole; the largest "
-            "unpadded batch the runtime forms is smaller"
-        )
+        return "K3 unpadded prefill bound above the largest unpadded batch the runtime forms"
     return f"other (asked {asked}, oracle {ref.get('prefill')}/{ref.get('decode')})"
 
 
