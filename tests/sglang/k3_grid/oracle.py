@@ -16,8 +16,7 @@ time:
 - eager decode batches above the largest bucket: ``get_eager_max_batch_size``
   (pads to attention TP / CP under MLP sync).
 - tokens per request of a decode / verify batch: ``spec_utils.resolve_num_tokens_per_req``
-  (target verify) and the draft-decode width (EAGLE top-k) where the draft runs
-  the target's MoE layers.
+  (target verify).
 - prefill ceiling: ``runtime_context.max_prefill_buffer_tokens`` (chunk, or the
   dynamic-chunking ceiling under PP); a mixed-chunk batch stays inside it because
   ``PrefillAdder`` takes its decode rows off the chunk. Prefill CUDA graph buckets
@@ -30,10 +29,13 @@ time:
   ``factories._ffn_on_rank_rows``; whether an unpadded batch may reach it:
   ``factories._unpadded_possible``; whether a given batch is unpadded:
   ``construction._rows_indivisible_over_attn_tp`` on a batch of that many rows.
+- a MoE layout the model cannot be built with: ``factories._reject_unsupported_cp_moe``
+  (raises; such a server never starts, and the probe counts the row as invalid).
 
 Not run here (needs a GPU or the model's weights): the KV capacity itself, the
-mamba state cap, and the draft model's own MoE layers (an EAGLE / DSPARK draft is
-its own, dense or separately budgeted, model).
+mamba state cap, and the draft model's own forward passes (an EAGLE / DSPARK
+draft is its own dense model; a NEXTN draft step runs top-k or draft-token rows
+per request, no more than the verify width counted here).
 """
 
 from __future__ import annotations
