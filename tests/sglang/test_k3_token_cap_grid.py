@@ -200,3 +200,56 @@ def test_runtime_agrees_with_the_grid(graded, spec, patched_root):
         out = result[f"{row['required']}:{row['cap']}"]
         assert out["error_type"] is None, out
         assert out["kernel_rows"] == row["required"]
+
+
+# The configurations of the issue that motivated the rework, each through the real
+# pipeline: (name, model, args, cap, previous series' outcome, this series' outcome).
+# Outcomes: "false accept", "false refusal", "refused", "accepted", "clamped".
+TP8 = {"tp_size": 8, "ep_size": 8}
+DP8 = {**TP8, "dp_size": 8, "enable_dp_attention": True}
+ISSUE_ROWS = [
+    ("pool above the graph, DP8", "k3_linear", {**DP8, "chunked_prefill_size": 4096}, 512,
+     "false accept", "clamped"),
+    ("pool above the graph, TP8", "k3_linear", {**TP8, "chunked_prefill_size": 2048}, 256,
+     "false accept", "clamped"),
+    ("no decode graph, DP8", "k3_linear",
+     {**DP8, "chunked_prefill_size": 4096, "disable_decode_cuda_graph": True}, 512,
+     "false accept", "clamped"),
+    ("PD decode node", "k3_linear",
+     {**TP8, "disaggregation_mode": "decode", "chunked_prefill_size": 65536,
+      "cuda_graph_max_bs_decode": 1024}, 128,
+     "false accept", "clamped"),
+    ("PP2 dynamic chunking", "k3_linear",
+     {**TP8, "pp_size": 2, "enable_dynamic_chunking": True, "chunked_prefill_size": 8192}, 64,
+     "false accept", "refused"),
+    ("Qwen3-MoE DP2", "qwen3_moe", {**TP8, "dp_size": 2, "enable_dp_attention": True,
+                                    "chunked_prefill_size": 16384}, 4096,
+     "false refusal", "accepted"),
+    ("EAGLE with the default pool, DP8", "k3_linear",
+     {**DP8, "enable_dp_lm_head": True, "speculative_algorithm": "EAGLE",
+      "speculative_draft_model_path": "draft", "speculative_num_draft_tokens": 4,
+      "speculative_num_steps": 3, "speculative_eagle_topk": 1,
+      "cuda_graph_max_bs_decode": 1024}, 2048,
+     "false refusal", "accepted"),
+]
+
+
+def _outcome(result):
+    verdict = report.verdict(result)
+    return verdict.replace("_", " ") if verdict != "ok" else report.outcome(result)
+
+
+def test_issue_rows(previous_root, patched_root, tmp_path):
+    rows = [
+        {"id": i, "config": i, "model": model, "args": args, "cap": {"base": "fixed", "value": cap}}
+        for i, (_, model, args, cap, _, _) in enumerate(ISSUE_ROWS)
+    ]
+    spec = tmp_path / "issue.json"
+    spec.write_text(json.dumps({"models": grid.MODELS, "rows": rows}))
+    for series, root, column in (("previous", previous_root, 4), ("new", patched_root("sglang"), 5)):
+        out = tmp_path / f"{series}.json"
+        run_probe(root, PROBE, str(spec), str(out))
+        results = json.loads(out.read_text())["rows"]
+        for row, result in zip(ISSUE_ROWS, results):
+            assert "invalid" not in result, (row[0], result)
+            assert _outcome(result) == row[column], (series, row[0], result)
