@@ -254,6 +254,14 @@ def markdown(doc: dict, seconds: float) -> str:
         lines.append("None.")
     for change, n in doc["non_k3_changes"].items():
         lines.append(f"- {n}: {change}")
+    if any(c.startswith("stock ok") for c in doc["non_k3_changes"]):
+        lines += [
+            "",
+            "`stock ok: refused -> clamped`: stock refused a configuration whose request pool was",
+            "left unset (rightly: the pool the server would size overflows the cap); this series",
+            "starts it with `max_running_requests` lowered until the decode rows fit, as for K3, and",
+            "logs one line. No other non-K3 decision differs from stock where stock was right.",
+        ]
     lines.append("")
     return "\n".join(lines)
 
