@@ -200,7 +200,7 @@ def markdown(doc: dict, seconds: float) -> str:
     lines = [
         "# Kimi K3 / MegaMoE token cap: configuration grid",
         "",
-        "Made by `make k3-grid` (tests/sglang/test_k3_token_cap_grid.py). Every row is one",
+        "Made by `make k3-grid` (tests/sglang/test_k3_token_cap_grid.py; `make test` checks it). Every row is one",
         "configuration and one `SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK`, resolved",
         "by sglang 0.5.23's real `ServerArgs` pipeline (fake `config.json` directories, SM90",
         "platform and 141 GiB spoofed), once on the stock tree, once with the previous series",
