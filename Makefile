@@ -5,7 +5,7 @@ SHELL := /bin/bash
 TOOL := .venv/bin/sgl-overlay
 PYTEST := -m pytest -q -p no:cacheprovider
 
-.PHONY: all venvs trees wheels lint test test-tool test-sglang test-sglang-kt test-kernel test-wheels test-launch matrix clean
+.PHONY: all venvs trees wheels lint test test-tool test-sglang test-sglang-kt test-kernel test-wheels test-launch matrix k3-grid clean
 
 all: trees wheels
 
@@ -63,6 +63,11 @@ test-launch: wheels
 
 matrix: trees
 	$(TOOL) matrix
+
+# The K3 / MegaMoE token-cap grid (test-sglang runs it too and checks the summary),
+# writing its summary into docs/k3-token-cap-grid.{md,json}.
+k3-grid: venvs trees
+	SGL_OVERLAY_K3_GRID_WRITE=1 .venvs/sglang/bin/python $(PYTEST) tests/sglang/test_k3_token_cap_grid.py
 
 clean:
 	rm -rf build dist

@@ -55,7 +55,7 @@ def run_case(case):
     bounds = None
     row_bounds = getattr(mega_moe_hook, "kimi_k3_mega_moe_row_bounds", None)
     if row_bounds is not None and case["arch"] in mega_moe_hook.KIMI_K3_ARCHS:
-        bounds = {b.term: b.rows for b in row_bounds(cfg)}
+        bounds = {b.term: b.rows for b in row_bounds(server_args)}
     os.environ[CAP_ENV] = str(case["cap"])
     try:
         mega_moe_hook.validate_mega_moe_token_budget_for_model(server_args)

@@ -1,0 +1,196 @@
+"""The rows one rank's MegaMoE layer can receive, from sglang's own runtime code.
+
+Runs inside a probe process that imports sglang (stock or patched: none of the
+functions used here is touched by the overlay's patches). The resolved
+``ServerArgs`` is published into the runtime context (``runtime_context.publish``),
+then every decision below is made by the upstream function that makes it at run
+time:
+
+- request pool per DP worker: ``KVCacheConfigurator.resolve_max_num_reqs``, taken at
+  its largest over the token capacities a GPU could give (the capacity is only known
+  after the weights load). Its mamba-state cap can only lower the pool and is left
+  out: it needs the profiled mamba memory.
+- decode CUDA graph buckets: ``base_cuda_graph_runner.get_batch_sizes_to_capture``
+  with the request pool as ``req_to_token_pool.size`` (capture runs every bucket;
+  a batch up to the largest bucket is padded to a bucket).
+- eager decode batches above the largest bucket: ``get_eager_max_batch_size``
+  (pads to attention TP / CP under MLP sync).
+- tokens per request of a decode / verify batch: ``spec_utils.resolve_num_tokens_per_req``
+  (target verify).
+- prefill ceiling: ``runtime_context.max_prefill_buffer_tokens`` (chunk, or the
+  dynamic-chunking ceiling under PP); a mixed-chunk batch stays inside it because
+  ``PrefillAdder`` takes its decode rows off the chunk. Prefill CUDA graph buckets
+  (captured and padded to) are added where a prefill graph backend is on.
+- DP padding: ``forward_batch_info.prepare_mlp_sync_batch`` pads each DP rank's
+  tokens to a multiple of attention TP (the line is inlined: it needs a
+  ForwardBatch and a ModelRunner).
+- whether a MoE layer runs on this rank's attention-TP shard: K3's
+  ``kimi_k3._shards_moe_rows`` and, for other models, the layer-boundary
+  ``factories._ffn_on_rank_rows``; whether an unpadded batch may reach it:
+  ``factories._unpadded_possible``; whether a given batch is unpadded:
+  ``construction._rows_indivisible_over_attn_tp`` on a batch of that many rows.
+- a MoE layout the model cannot be built with: ``factories._reject_unsupported_cp_moe``
+  (raises; such a server never starts, and the probe counts the row as invalid).
+
+Not run here (needs a GPU or the model's weights): the KV capacity itself, the
+mamba state cap, and the draft model's own forward passes (an EAGLE / DSPARK
+draft is its own dense model; a NEXTN draft step runs top-k or draft-token rows
+per request, no more than the verify width counted here).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+INFINITE = 1 << 40
+
+K3_ARCHS = ("KimiK3ForConditionalGeneration", "KimiK3LinearForCausalLM")
+
+# Token capacities tried for the request pool: 1k .. 64M tokens.
+_TOKEN_CAPACITIES = [1 << k for k in range(10, 27)]
+
+
+def request_pool(server_args, model_config, attn_dp_size: int) -> int:
+    """Largest requests per DP worker ``resolve_max_num_reqs`` can give."""
+    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+
+    configurator = KVCacheConfigurator.__new__(KVCacheConfigurator)
+    configurator.model_config = model_config
+    configurator.attn_dp_size = attn_dp_size
+    configurator.mambaish_config = None
+    return max(configurator.resolve_max_num_reqs(c) for c in _TOKEN_CAPACITIES)
+
+
+def _batch(rows: int):
+    return SimpleNamespace(input_ids=torch.empty(rows, dtype=torch.int32))
+
+
+def moe_rows(num_tokens: int, step: int, *, sharded: bool, unpadded: bool, a: int) -> int:
+    """Largest rows one rank's MoE runs for a batch of at most ``num_tokens``
+    rows (in multiples of ``step``) on its DP rank."""
+    from sglang.srt.layers.layer_boundary.construction import (
+        _rows_indivisible_over_attn_tp,
+    )
+
+    if num_tokens <= 0:
+        return 0
+    if not sharded:
+        return num_tokens
+    best = -(-num_tokens // a)
+    if unpadded:
+        # The largest batch whose rows do not divide over attention TP stays whole.
+        for m in range(num_tokens, max(num_tokens - step * a, 0), -step):
+            if _rows_indivisible_over_attn_tp(_batch(m), a):
+                best = max(best, m)
+                break
+    return best
+
+
+def oracle(server_args, arch: str) -> dict:
+    """{"prefill": rows or None, "decode": rows or None, "pool": ..., ...}"""
+    from sglang.srt.arg_groups.overrides import model_config_of, resolved_view
+    from sglang.srt.layers.layer_boundary import factories
+    from sglang.srt.model_executor.cuda_graph_config import Backend
+    from sglang.srt.model_executor.runner.base_cuda_graph_runner import (
+        get_batch_sizes_to_capture,
+    )
+    from sglang.srt.runtime_context import (
+        get_exec,
+        get_parallel,
+        max_prefill_buffer_tokens,
+        publish,
+    )
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    from sglang.srt.speculative.spec_utils import resolve_num_tokens_per_req
+    from sglang.srt.utils.common import (
+        ceil_align,
+        get_eager_max_batch_size,
+        require_mlp_sync,
+    )
+
+    from sglang.srt.layers.moe.utils import initialize_moe_config
+
+    publish(server_args, role="test")
+    initialize_moe_config()
+    cfg = resolved_view(server_args)
+    model_config = model_config_of(server_args)
+    parallel = get_parallel()
+    a = parallel.attn_tp_size
+    group = SimpleNamespace(world_size=a)
+    with parallel.override(attn_tp_group=group):
+        if arch in K3_ARCHS:
+            from sglang.srt.models.kimi_k3 import _shards_moe_rows
+
+            sharded = _shards_moe_rows()
+        else:
+            sharded = factories._ffn_on_rank_rows(True, None) and a > 1
+        # A MoE layout the layer-boundary code cannot build fails model
+        # construction: such a server never starts.
+        factories._reject_unsupported_cp_moe(
+            factories._ffn_on_rank_rows(True, None),
+            parallel.attn_cp_size > 1 and parallel.enable_prefill_cp,
+        )
+        unpadded = factories._unpadded_possible() if sharded else False
+        mlp_sync = require_mlp_sync()
+        dp = parallel.attn_dp_size
+        pool = request_pool(server_args, model_config, dp)
+
+        result = {"pool": pool, "attn_tp": a, "sharded": sharded, "unpadded": unpadded}
+        mode = cfg.disaggregation_mode
+
+        # Prefill.
+        if mode == "decode":
+            result["prefill"] = None
+        elif not cfg.chunked_prefill_size or cfg.chunked_prefill_size <= 0:
+            result["prefill"] = INFINITE
+        else:
+            tokens = max_prefill_buffer_tokens()
+            prefill_cg = get_exec().graph.cuda_graph_config.prefill
+            if prefill_cg.backend != Backend.DISABLED and prefill_cg.bs:
+                captured = [
+                    n for n in prefill_cg.bs if n <= pool * model_config.context_len
+                ]
+                if captured:
+                    tokens = max(tokens, max(captured))
+            if mlp_sync:
+                tokens = ceil_align(tokens, a)
+            result["prefill_tokens"] = tokens
+            result["prefill"] = moe_rows(
+                tokens, 1, sharded=sharded, unpadded=unpadded, a=a
+            )
+
+        # Decode / verify.
+        if mode == "prefill":
+            result["decode"] = None
+            return result
+        spec = SpeculativeAlgorithm.from_string(cfg.speculative_algorithm)
+        per_req = 1
+        if spec.is_speculative():
+            per_req = resolve_num_tokens_per_req(
+                phase="target_verify", spec_algorithm=spec, is_draft_worker=False
+            )
+        decode_cg = get_exec().graph.cuda_graph_config.decode
+        bs = get_eager_max_batch_size(pool)
+        if decode_cg.backend != Backend.DISABLED:
+            runner = SimpleNamespace(
+                req_to_token_pool=SimpleNamespace(size=pool),
+                server_args=server_args,
+            )
+            capture_bs, _ = get_batch_sizes_to_capture(runner, per_req)
+            result["max_graph_bs"] = max(capture_bs)
+            bs = max(bs, max(capture_bs))
+        tokens = bs * per_req
+        if mlp_sync:
+            tokens = ceil_align(tokens, a)
+        result["decode_bs"] = bs
+        result["tokens_per_req"] = per_req
+        result["decode"] = moe_rows(
+            tokens, per_req, sharded=sharded, unpadded=unpadded, a=a
+        )
+    return result
+
+
+def required_rows(result: dict) -> int:
+    return max(r for r in (result.get("prefill"), result.get("decode"), 0) if r is not None)

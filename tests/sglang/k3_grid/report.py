@@ -1,0 +1,270 @@
+"""Judge the grid probes' rows against the oracle and summarise them (stdlib only).
+
+A row is one configuration with one cap. Verdicts, per series:
+- false accept: the server starts (possibly with a clamped request pool) and the
+  oracle, on the configuration it starts with, says one rank's MoE can receive
+  more rows than the cap;
+- false refusal: startup refuses, and the oracle, on the configuration as given
+  (no MegaMoE check at all), says no rank ever receives more than the cap.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter, defaultdict
+
+from grid import K3_MODELS
+
+SERIES = ("stock", "previous", "new")
+
+# The configurations of the issue's table, as classes of the grid.
+ISSUE_CLASSES = {
+    "k3-pool-unset": "K3, --max-running-requests unset, decode rows from the request pool",
+    "k3-pd-decode": "K3 PD decode node",
+    "k3-dynamic-chunking": "K3, PP with --enable-dynamic-chunking",
+    "other-dp-attn-tp": "non-K3, attention DP with attention TP > 1",
+    "k3-spec-default-pool": "K3, speculative decoding with the spec hook's default request pool",
+}
+
+
+def tags(row: dict) -> list[str]:
+    """The classes a row belongs to (a row can be in several)."""
+    args, ref = row["args"], row["reference"]
+    k3 = row["model"] in K3_MODELS
+    family = "k3" if k3 else "other"
+    out = [family]
+    dp = args.get("dp_size", 1) if args.get("enable_dp_attention") else 1
+    if dp > 1:
+        out.append(f"{family}-dp-attention")
+        if ref["attn_tp"] > 1:
+            out.append(f"{family}-dp-attn-tp")
+    elif ref["attn_tp"] > 1:
+        out.append(f"{family}-attn-tp")
+    if args.get("enable_prefill_cp"):
+        out.append(f"{family}-prefill-cp")
+    if args.get("disable_attn_tp_gather"):
+        out.append(f"{family}-disable-attn-tp-gather")
+    if args.get("pp_size", 1) > 1:
+        out.append(f"{family}-pp")
+        if args.get("enable_dynamic_chunking"):
+            out.append(f"{family}-dynamic-chunking")
+    if args.get("enable_mixed_chunk"):
+        out.append(f"{family}-mixed-chunk")
+    if args.get("speculative_algorithm"):
+        out.append(f"{family}-spec")
+        if "max_running_requests" not in args:
+            out.append(f"{family}-spec-default-pool")
+    mode = args.get("disaggregation_mode")
+    if mode:
+        out.append(f"{family}-pd-{mode}")
+    if "max_running_requests" not in args and mode != "prefill":
+        out.append(f"{family}-pool-unset")
+    if args.get("disable_decode_cuda_graph"):
+        out.append(f"{family}-decode-graph-off")
+    chunk = args.get("chunked_prefill_size")
+    if chunk is not None and chunk <= 0:
+        out.append(f"{family}-chunk-disabled")
+    return out
+
+
+def verdict(result: dict) -> str:
+    if result["accepted"]:
+        return "false_accept" if result["required"] > result["cap"] else "ok"
+    return "false_refusal" if result["required"] <= result["cap"] else "ok"
+
+
+def outcome(result: dict) -> str:
+    if not result["accepted"]:
+        return "refused"
+    return "clamped" if result["log"] else "accepted"
+
+
+_AT_LEAST = re.compile(r"(?:at least|required_per_rank=)(\d+)")
+
+
+def refusal_cause(row: dict, result: dict) -> str:
+    """Why a series refused a row the oracle says fits (from the refusal text
+    and the oracle's own numbers)."""
+    error = result["error"] or ""
+    asked = _AT_LEAST.search(error)
+    asked = int(asked.group(1)) if asked else None
+    ref = row["reference"]
+    k3 = row["model"] in K3_MODELS
+    if not k3:
+        if "decode / verify forward" in error:
+            if "decode graph" in error or "graph bucket" in error:
+                return "generic decode budget: decode graph max bs x tokens per request, not split over attention TP"
+            return "generic decode budget above the rows the runtime forms"
+        if "token_partition=none" in error:
+            return "generic prefill budget without attention DP: the chunk padded to attention TP, not split over it"
+        if "token_partition=attn_dp_size" in error:
+            return "generic prefill budget under attention DP: the per-DP chunk not split over attention TP"
+        if "token_partition=attn_cp_size" in error:
+            return "generic prefill budget under prefill CP: the chunk divided by attention CP (upstream's rule, kept)"
+        if "token_partition=attn_tp_size" in error:
+            return "generic prefill budget on the attention-TP shard above the rows the runtime forms"
+        return "generic budget"
+    if "The decode bound" in error:
+        if "decode cuda graph max bs" in error:
+            return "K3 decode bound: max(decode graph max bs, request pool) taken as the batch"
+        return "K3 decode bound above the rows the runtime forms"
+    if "The prefill bound" in error and ref.get("unpadded"):
+        return "K3 unpadded prefill bound above the largest unpadded batch the runtime forms"
+    return f"other (asked {asked}, oracle {ref.get('prefill')}/{ref.get('decode')})"
+
+
+def judge(spec: dict, results: dict[str, dict]) -> dict:
+    """results: series -> probe output. Returns the summary document."""
+    rows = spec["rows"]
+    by_series = {s: {r["id"]: r for r in results[s]["rows"]} for s in SERIES}
+    valid = [r for r in rows if "invalid" not in by_series["stock"][r["id"]]]
+    doc = {
+        "seed": spec["seed"],
+        "configs": len(valid),
+        "distinct_configurations": len({r["config"] for r in valid}),
+        "invalid": len(rows) - len(valid),
+        "invalid_reasons": dict(
+            Counter(
+                by_series["stock"][r["id"]]["invalid"].split(":")[0]
+                + ": "
+                + by_series["stock"][r["id"]]["invalid"].split(": ", 1)[-1][:90]
+                for r in rows
+                if "invalid" in by_series["stock"][r["id"]]
+            ).most_common()
+        ),
+        "series": {},
+        "classes": {},
+        "false_refusals": {},
+        "false_accept_rows": {},
+        "non_k3_changes": {},
+    }
+    class_counts = defaultdict(lambda: {s: Counter() for s in SERIES})
+    for series in SERIES:
+        counts = Counter()
+        refusals, accepts = [], []
+        for row in valid:
+            result = by_series[series][row["id"]]
+            row = {**row, "reference": result["reference"]}
+            v, o = verdict(result), outcome(result)
+            counts[v] += 1
+            counts[o] += 1
+            for tag in tags(row):
+                class_counts[tag][series]["configs"] += 1
+                class_counts[tag][series][v] += 1
+            entry = {
+                "id": row["id"],
+                "model": row["model"],
+                "args": row["args"],
+                "cap": result["cap"],
+                "oracle": {k: result["oracle"].get(k) for k in ("prefill", "decode")},
+            }
+            if v == "false_refusal":
+                refusals.append({**entry, "cause": refusal_cause(row, result)})
+            elif v == "false_accept":
+                accepts.append(entry)
+        doc["series"][series] = {
+            "configs": len(valid),
+            "accepted": counts["accepted"],
+            "clamped": counts["clamped"],
+            "refused": counts["refused"],
+            "false_accepts": counts["false_accept"],
+            "false_refusals": counts["false_refusal"],
+            "false_refusal_causes": dict(Counter(r["cause"] for r in refusals).most_common()),
+        }
+        doc["false_refusals"][series] = refusals if series == "new" else len(refusals)
+        doc["false_accept_rows"][series] = accepts if series == "new" else len(accepts)
+    for tag in sorted(class_counts):
+        doc["classes"][tag] = {
+            s: {
+                "configs": class_counts[tag][s]["configs"],
+                "false_accepts": class_counts[tag][s]["false_accept"],
+                "false_refusals": class_counts[tag][s]["false_refusal"],
+            }
+            for s in SERIES
+        }
+    changes = Counter()
+    for row in valid:
+        if row["model"] in K3_MODELS:
+            continue
+        stock, new = by_series["stock"][row["id"]], by_series["new"][row["id"]]
+        if outcome(stock) == outcome(new):
+            continue
+        changes[f"stock {verdict(stock).replace('_', ' ')}: {outcome(stock)} -> {outcome(new)}"] += 1
+    doc["non_k3_changes"] = dict(changes.most_common())
+    return doc
+
+
+def markdown(doc: dict, seconds: float) -> str:
+    s = doc["series"]
+    lines = [
+        "# Kimi K3 / MegaMoE token cap: configuration grid",
+        "",
+        "Made by `make k3-grid` (tests/sglang/test_k3_token_cap_grid.py; `make test` checks it). Every row is one",
+        "configuration and one `SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK`, resolved",
+        "by sglang 0.5.23's real `ServerArgs` pipeline (fake `config.json` directories, SM90",
+        "platform and 141 GiB spoofed), once on the stock tree, once with the previous series",
+        "(main's patches before this rework) and once with this series. The expected rows come",
+        "from the oracle (tests/sglang/k3_grid/oracle.py), which calls sglang's own runtime",
+        "code: request pool (`resolve_max_num_reqs`), decode graph buckets",
+        "(`get_batch_sizes_to_capture`), eager padding, speculative verify width, prefill buffer",
+        "ceiling (`max_prefill_buffer_tokens`), and the layer-boundary split decisions.",
+        "",
+        f"Seed {doc['seed']}: {doc['configs']} rows ({doc['distinct_configurations']} distinct",
+        f"configurations x caps at and around each bound and fixed caps); {doc['invalid']} more",
+        "rows are configurations upstream refuses for other reasons (listed in the JSON).",
+        f"Run time of the whole grid (three probe processes, two at a time, on a shared",
+        f"2-core machine): {seconds:.0f} s.",
+        "",
+        "| series | rows | accepted | accepted, request pool clamped | refused | false accepts | false refusals |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name in SERIES:
+        x = s[name]
+        lines.append(
+            f"| {name} | {x['configs']} | {x['accepted']} | {x['clamped']} | {x['refused']} "
+            f"| {x['false_accepts']} | {x['false_refusals']} |"
+        )
+    lines += ["", "## The issue's classes", "",
+              "| class | rows | false accepts (stock / previous / new) | false refusals (stock / previous / new) |",
+              "|---|---:|---|---|"]
+    for tag, label in ISSUE_CLASSES.items():
+        c = doc["classes"].get(tag)
+        if not c:
+            continue
+        fa = " / ".join(str(c[x]["false_accepts"]) for x in SERIES)
+        fr = " / ".join(str(c[x]["false_refusals"]) for x in SERIES)
+        lines.append(f"| {label} (`{tag}`) | {c['new']['configs']} | {fa} | {fr} |")
+    lines += ["", "## Every class", "",
+              "| class | rows | false accepts (stock / previous / new) | false refusals (stock / previous / new) |",
+              "|---|---:|---|---|"]
+    for tag, c in doc["classes"].items():
+        fa = " / ".join(str(c[x]["false_accepts"]) for x in SERIES)
+        fr = " / ".join(str(c[x]["false_refusals"]) for x in SERIES)
+        lines.append(f"| `{tag}` | {c['new']['configs']} | {fa} | {fr} |")
+    lines += ["", "## False refusals of this series, by cause", ""]
+    causes = s["new"]["false_refusal_causes"]
+    if not causes:
+        lines.append("None.")
+    for cause, n in causes.items():
+        lines.append(f"- {n}: {cause}")
+    lines += ["", "Each one, with its configuration, is in `docs/k3-token-cap-grid.json`",
+              "(`false_refusals.new`).", "", "## Non-K3 decisions that differ from stock", ""]
+    if not doc["non_k3_changes"]:
+        lines.append("None.")
+    for change, n in doc["non_k3_changes"].items():
+        lines.append(f"- {n}: {change}")
+    if any(c.startswith("stock ok") for c in doc["non_k3_changes"]):
+        lines += [
+            "",
+            "`stock ok: refused -> clamped`: stock refused a configuration whose request pool was",
+            "left unset (rightly: the pool the server would size overflows the cap); this series",
+            "starts it with `max_running_requests` lowered until the decode rows fit, as for K3, and",
+            "logs one line. No other non-K3 decision differs from stock where stock was right.",
+        ]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def dump(doc: dict) -> str:
+    return json.dumps(doc, indent=1, sort_keys=True) + "\n"
