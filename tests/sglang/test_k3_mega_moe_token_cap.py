@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from conftest import run_probe
 
 PROBES = Path(__file__).resolve().parent / "k3_cap_probes"
@@ -283,13 +284,8 @@ def test_patched_k3_startup(patched, name):
     assert required == max(rows.values())
     error = result["error"]
     arch = cfg["arch"]
-    assert error.startswith(
-        f"{arch} with MegaMoE has no fallback for rows beyond {CAP_ENV}"
-    )
-    assert (
-        f"{CAP_ENV}={cfg['cap']} is below the {required} rows one rank's MoE can"
-        in error
-    )
+    assert error.startswith(f"{arch} with MegaMoE has no fallback for rows beyond {CAP_ENV}")
+    assert f"{CAP_ENV}={cfg['cap']} is below the {required} rows one rank's MoE can" in error
     assert f"The {term} bound sets it: " in error
     assert f"Set {CAP_ENV} to at least {required} (" in error
     assert re.search(
@@ -302,9 +298,7 @@ def test_patched_k3_startup(patched, name):
 
 def test_patched_memory_note(patched):
     # 8320 -> 16383: 9600 -> 17280 buffer tokens x ~0.632 MiB at EP8 = ~4.7 GiB.
-    assert "(about 4.7 GiB more MegaMoE symmetric memory per rank at EP8)" in (
-        patched["no_sp_split"]["error"]
-    )
+    assert "(about 4.7 GiB more MegaMoE symmetric memory per rank at EP8)" in (patched["no_sp_split"]["error"])
     assert (
         "(no larger MegaMoE symmetric buffer: both caps round up to 3840 tokens)"
         in (patched["recipe_cap_below_bound"]["error"])
@@ -313,8 +307,9 @@ def test_patched_memory_note(patched):
 
 def test_patched_dp_chunk_is_per_dp_rank(patched):
     assert patched["dp_attention_cap_384"]["chunk"] == 2048
-    assert "chunked_prefill_size=2048 per DP rank not split over attention TP" in (
-        patched["dp_attention_cap_384"]["error"]
+    assert (
+        "chunked_prefill_size=2048 per DP rank not split over attention TP"
+        in (patched["dp_attention_cap_384"]["error"])
     )
 
 

@@ -11,6 +11,7 @@ kernels), as in upstream's own MegaMoE unit tests.
 from __future__ import annotations
 
 import pytest
+
 from conftest import in_patch_test, run_pytest
 
 UPSTREAM_TESTS = {

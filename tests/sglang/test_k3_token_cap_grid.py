@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
 from conftest import REPO_ROOT, export_tree, run_probe
 
 GRID_DIR = Path(__file__).resolve().parent / "k3_grid"
@@ -55,9 +56,7 @@ def spec(tmp_path_factory):
 def previous_root(tmp_path_factory):
     """The stock tree with main's previous K3 series applied (`git apply`)."""
     dest = export_tree("sglang", tmp_path_factory.mktemp("previous-sglang"))
-    subprocess.run(
-        ["git", "apply", "--whitespace=nowarn", *map(str, PREVIOUS)], cwd=dest, check=True
-    )
+    subprocess.run(["git", "apply", "--whitespace=nowarn", *map(str, PREVIOUS)], cwd=dest, check=True)
     return dest / "python"
 
 
@@ -96,8 +95,7 @@ def test_same_caps_and_oracle_in_every_tree(graded, spec):
     in every tree, so every series is judged on the same rows."""
     _, by_id, _ = graded
     for row in spec[0]["rows"]:
-        seen = {json.dumps([by_id[s][row["id"]].get("cap"), by_id[s][row["id"]].get("reference")])
-                for s in by_id}
+        seen = {json.dumps([by_id[s][row["id"]].get("cap"), by_id[s][row["id"]].get("reference")]) for s in by_id}
         assert len(seen) == 1, row
 
 
@@ -134,9 +132,7 @@ def test_non_k3_changes_only_where_stock_was_wrong(graded):
     clamped server is judged like every other: no false accepts)."""
     doc, _, _ = graded
     for change in doc["non_k3_changes"]:
-        assert not change.startswith("stock ok") or change.endswith("refused -> clamped"), (
-            doc["non_k3_changes"]
-        )
+        assert not change.startswith("stock ok") or change.endswith("refused -> clamped"), doc["non_k3_changes"]
 
 
 def test_clamped_rows_log_one_line_and_fit(graded):
@@ -160,9 +156,7 @@ def test_committed_summary_matches(graded):
     if committed["distinct_configurations"] + committed["invalid"] // 3 < NUM_CONFIGS:
         pytest.fail("docs/k3-token-cap-grid.json covers less than this run: `make k3-grid`")
     if NUM_CONFIGS == FULL_CONFIGS:
-        assert committed == json.loads(report.dump(doc)), (
-            "docs/k3-token-cap-grid.json is stale: run `make k3-grid`"
-        )
+        assert committed == json.loads(report.dump(doc)), "docs/k3-token-cap-grid.json is stale: run `make k3-grid`"
 
 
 def _k3_rows(by_id, series, spec, want_false_accept):
@@ -183,12 +177,8 @@ def test_runtime_agrees_with_the_grid(graded, spec, patched_root):
     server the previous series started can receive raise the RuntimeError; those a
     server this series started can receive reach the kernel."""
     _, by_id, _ = graded
-    overflowing = sorted(
-        _k3_rows(by_id, "previous", spec, True), key=lambda r: r["required"]
-    )[:4]
-    fitting = sorted(
-        _k3_rows(by_id, "new", spec, False), key=lambda r: -r["required"]
-    )[:4]
+    overflowing = sorted(_k3_rows(by_id, "previous", spec, True), key=lambda r: r["required"])[:4]
+    fitting = sorted(_k3_rows(by_id, "new", spec, False), key=lambda r: -r["required"])[:4]
     assert overflowing and fitting
     pairs = [f"{r['required']}:{r['cap']}" for r in overflowing + fitting]
     result = run_probe(patched_root("sglang"), RUNTIME, *pairs)
@@ -208,29 +198,57 @@ def test_runtime_agrees_with_the_grid(graded, spec, patched_root):
 TP8 = {"tp_size": 8, "ep_size": 8}
 DP8 = {**TP8, "dp_size": 8, "enable_dp_attention": True}
 ISSUE_ROWS = [
-    ("pool above the graph, DP8", "k3_linear", {**DP8, "chunked_prefill_size": 4096}, 512,
-     "false accept", "clamped"),
-    ("pool above the graph, TP8", "k3_linear", {**TP8, "chunked_prefill_size": 2048}, 256,
-     "false accept", "clamped"),
-    ("no decode graph, DP8", "k3_linear",
-     {**DP8, "chunked_prefill_size": 4096, "disable_decode_cuda_graph": True}, 512,
-     "false accept", "clamped"),
-    ("PD decode node", "k3_linear",
-     {**TP8, "disaggregation_mode": "decode", "chunked_prefill_size": 65536,
-      "cuda_graph_max_bs_decode": 1024}, 128,
-     "false accept", "clamped"),
-    ("PP2 dynamic chunking", "k3_linear",
-     {**TP8, "pp_size": 2, "enable_dynamic_chunking": True, "chunked_prefill_size": 8192}, 64,
-     "false accept", "refused"),
-    ("Qwen3-MoE DP2", "qwen3_moe", {**TP8, "dp_size": 2, "enable_dp_attention": True,
-                                    "chunked_prefill_size": 16384}, 4096,
-     "false refusal", "accepted"),
-    ("EAGLE with the default pool, DP8", "k3_linear",
-     {**DP8, "enable_dp_lm_head": True, "speculative_algorithm": "EAGLE",
-      "speculative_draft_model_path": "draft", "speculative_num_draft_tokens": 4,
-      "speculative_num_steps": 3, "speculative_eagle_topk": 1,
-      "cuda_graph_max_bs_decode": 1024}, 2048,
-     "false refusal", "accepted"),
+    ("pool above the graph, DP8", "k3_linear", {**DP8, "chunked_prefill_size": 4096}, 512, "false accept", "clamped"),
+    ("pool above the graph, TP8", "k3_linear", {**TP8, "chunked_prefill_size": 2048}, 256, "false accept", "clamped"),
+    (
+        "no decode graph, DP8",
+        "k3_linear",
+        {**DP8, "chunked_prefill_size": 4096, "disable_decode_cuda_graph": True},
+        512,
+        "false accept",
+        "clamped",
+    ),
+    (
+        "PD decode node",
+        "k3_linear",
+        {**TP8, "disaggregation_mode": "decode", "chunked_prefill_size": 65536, "cuda_graph_max_bs_decode": 1024},
+        128,
+        "false accept",
+        "clamped",
+    ),
+    (
+        "PP2 dynamic chunking",
+        "k3_linear",
+        {**TP8, "pp_size": 2, "enable_dynamic_chunking": True, "chunked_prefill_size": 8192},
+        64,
+        "false accept",
+        "refused",
+    ),
+    (
+        "Qwen3-MoE DP2",
+        "qwen3_moe",
+        {**TP8, "dp_size": 2, "enable_dp_attention": True, "chunked_prefill_size": 16384},
+        4096,
+        "false refusal",
+        "accepted",
+    ),
+    (
+        "EAGLE with the default pool, DP8",
+        "k3_linear",
+        {
+            **DP8,
+            "enable_dp_lm_head": True,
+            "speculative_algorithm": "EAGLE",
+            "speculative_draft_model_path": "draft",
+            "speculative_num_draft_tokens": 4,
+            "speculative_num_steps": 3,
+            "speculative_eagle_topk": 1,
+            "cuda_graph_max_bs_decode": 1024,
+        },
+        2048,
+        "false refusal",
+        "accepted",
+    ),
 ]
 
 

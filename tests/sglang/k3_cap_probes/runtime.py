@@ -32,9 +32,7 @@ def main():
     deep_gemm = ModuleType("deep_gemm")
     deep_gemm.get_num_sms = MagicMock(return_value=132)
     deep_gemm.get_symm_buffer_for_mega_moe = MagicMock(
-        return_value=SimpleNamespace(
-            x=None, x_sf=None, topk_idx=None, topk_weights=None
-        )
+        return_value=SimpleNamespace(x=None, x_sf=None, topk_idx=None, topk_weights=None)
     )
     launched = {}
 
@@ -68,14 +66,10 @@ def main():
             topk_weights=torch.zeros((rows, TOP_K)),
         )
         result = {"error_type": None, "error": None, "out_rows": None, "asserts": __debug__}
-        with get_parallel().override(
-            moe_ep_size=8, moe_ep_group=SimpleNamespace(device_group=object())
-        ):
+        with get_parallel().override(moe_ep_size=8, moe_ep_group=SimpleNamespace(device_group=object())):
             envs.SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK.set(cap)
             try:
-                out = moe._forward_mega_experts(
-                    torch.zeros((rows, HIDDEN), dtype=torch.bfloat16), topk_output
-                )
+                out = moe._forward_mega_experts(torch.zeros((rows, HIDDEN), dtype=torch.bfloat16), topk_output)
             except Exception as exc:  # noqa: BLE001 - reported to the test
                 result["error_type"] = type(exc).__name__
                 result["error"] = str(exc)

@@ -92,6 +92,7 @@ def oracle(server_args, arch: str) -> dict:
     """{"prefill": rows or None, "decode": rows or None, "pool": ..., ...}"""
     from sglang.srt.arg_groups.overrides import model_config_of, resolved_view
     from sglang.srt.layers.layer_boundary import factories
+    from sglang.srt.layers.moe.utils import initialize_moe_config
     from sglang.srt.model_executor.cuda_graph_config import Backend
     from sglang.srt.model_executor.runner.base_cuda_graph_runner import (
         get_batch_sizes_to_capture,
@@ -109,8 +110,6 @@ def oracle(server_args, arch: str) -> dict:
         get_eager_max_batch_size,
         require_mlp_sync,
     )
-
-    from sglang.srt.layers.moe.utils import initialize_moe_config
 
     publish(server_args, role="test")
     initialize_moe_config()
@@ -149,17 +148,13 @@ def oracle(server_args, arch: str) -> dict:
             tokens = max_prefill_buffer_tokens()
             prefill_cg = get_exec().graph.cuda_graph_config.prefill
             if prefill_cg.backend != Backend.DISABLED and prefill_cg.bs:
-                captured = [
-                    n for n in prefill_cg.bs if n <= pool * model_config.context_len
-                ]
+                captured = [n for n in prefill_cg.bs if n <= pool * model_config.context_len]
                 if captured:
                     tokens = max(tokens, max(captured))
             if mlp_sync:
                 tokens = ceil_align(tokens, a)
             result["prefill_tokens"] = tokens
-            result["prefill"] = moe_rows(
-                tokens, 1, sharded=sharded, unpadded=unpadded, a=a
-            )
+            result["prefill"] = moe_rows(tokens, 1, sharded=sharded, unpadded=unpadded, a=a)
 
         # Decode / verify.
         if mode == "prefill":
@@ -168,9 +163,7 @@ def oracle(server_args, arch: str) -> dict:
         spec = SpeculativeAlgorithm.from_string(cfg.speculative_algorithm)
         per_req = 1
         if spec.is_speculative():
-            per_req = resolve_num_tokens_per_req(
-                phase="target_verify", spec_algorithm=spec, is_draft_worker=False
-            )
+            per_req = resolve_num_tokens_per_req(phase="target_verify", spec_algorithm=spec, is_draft_worker=False)
         decode_cg = get_exec().graph.cuda_graph_config.decode
         bs = get_eager_max_batch_size(pool)
         if decode_cg.backend != Backend.DISABLED:
@@ -186,9 +179,7 @@ def oracle(server_args, arch: str) -> dict:
             tokens = ceil_align(tokens, a)
         result["decode_bs"] = bs
         result["tokens_per_req"] = per_req
-        result["decode"] = moe_rows(
-            tokens, per_req, sharded=sharded, unpadded=unpadded, a=a
-        )
+        result["decode"] = moe_rows(tokens, per_req, sharded=sharded, unpadded=unpadded, a=a)
     return result
 
 

@@ -35,7 +35,6 @@ logging.disable(logging.INFO)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from oracle import INFINITE, oracle, required_rows  # noqa: E402
-
 from sglang.srt.arg_groups import mega_moe_hook, memory_hook  # noqa: E402
 from sglang.srt.runtime_context import override_platform  # noqa: E402
 from sglang.srt.server_args import ServerArgs  # noqa: E402
@@ -84,12 +83,8 @@ def resolve(model_dir, args, cap):
     os.environ[CAP_ENV] = str(cap)
     args = dict(args)
     if "speculative_draft_model_path" in args:
-        args["speculative_draft_model_path"] = str(
-            model_dir.parent / args["speculative_draft_model_path"]
-        )
-    server_args = ServerArgs(
-        model_path=str(model_dir), device="cuda", moe_a2a_backend="megamoe", **args
-    )
+        args["speculative_draft_model_path"] = str(model_dir.parent / args["speculative_draft_model_path"])
+    server_args = ServerArgs(model_path=str(model_dir), device="cuda", moe_a2a_backend="megamoe", **args)
     server_args.resolve_once()
     return server_args
 
@@ -102,9 +97,7 @@ def run_row(model_dirs, models, row):
     key = row["config"]
     if key not in _REFERENCES:
         try:
-            with mock.patch.object(
-                mega_moe_hook, "validate_mega_moe_token_budget_for_model", _no_check
-            ):
+            with mock.patch.object(mega_moe_hook, "validate_mega_moe_token_budget_for_model", _no_check):
                 reference = resolve(model_dir, row["args"], UNLIMITED)
             bounds = oracle(reference, arch)
         except Exception as exc:  # noqa: BLE001 - a configuration upstream refuses
@@ -161,8 +154,9 @@ def main():
             model_dirs[name] = Path(tmp) / name
             model_dirs[name].mkdir()
             (model_dirs[name] / "config.json").write_text(json.dumps(config))
-        with override_platform(**SM90), mock.patch.object(
-            memory_hook, "get_device_memory_capacity", return_value=GPU_MEM_MIB
+        with (
+            override_platform(**SM90),
+            mock.patch.object(memory_hook, "get_device_memory_capacity", return_value=GPU_MEM_MIB),
         ):
             results = [run_row(model_dirs, models, row) for row in spec["rows"]]
     out = {"seconds": time.monotonic() - start, "rows": results}

@@ -213,7 +213,7 @@ def markdown(doc: dict, seconds: float) -> str:
         f"Seed {doc['seed']}: {doc['configs']} rows ({doc['distinct_configurations']} distinct",
         f"configurations x caps at and around each bound and fixed caps); {doc['invalid']} more",
         "rows are configurations upstream refuses for other reasons (listed in the JSON).",
-        f"Run time of the whole grid (three probe processes, two at a time, on a shared",
+        "Run time of the whole grid (three probe processes, two at a time, on a shared",
         f"2-core machine): {seconds:.0f} s.",
         "",
         "| series | rows | accepted | accepted, request pool clamped | refused | false accepts | false refusals |",
@@ -225,9 +225,13 @@ def markdown(doc: dict, seconds: float) -> str:
             f"| {name} | {x['configs']} | {x['accepted']} | {x['clamped']} | {x['refused']} "
             f"| {x['false_accepts']} | {x['false_refusals']} |"
         )
-    lines += ["", "## The issue's classes", "",
-              "| class | rows | false accepts (stock / previous / new) | false refusals (stock / previous / new) |",
-              "|---|---:|---|---|"]
+    lines += [
+        "",
+        "## The issue's classes",
+        "",
+        "| class | rows | false accepts (stock / previous / new) | false refusals (stock / previous / new) |",
+        "|---|---:|---|---|",
+    ]
     for tag, label in ISSUE_CLASSES.items():
         c = doc["classes"].get(tag)
         if not c:
@@ -235,9 +239,13 @@ def markdown(doc: dict, seconds: float) -> str:
         fa = " / ".join(str(c[x]["false_accepts"]) for x in SERIES)
         fr = " / ".join(str(c[x]["false_refusals"]) for x in SERIES)
         lines.append(f"| {label} (`{tag}`) | {c['new']['configs']} | {fa} | {fr} |")
-    lines += ["", "## Every class", "",
-              "| class | rows | false accepts (stock / previous / new) | false refusals (stock / previous / new) |",
-              "|---|---:|---|---|"]
+    lines += [
+        "",
+        "## Every class",
+        "",
+        "| class | rows | false accepts (stock / previous / new) | false refusals (stock / previous / new) |",
+        "|---|---:|---|---|",
+    ]
     for tag, c in doc["classes"].items():
         fa = " / ".join(str(c[x]["false_accepts"]) for x in SERIES)
         fr = " / ".join(str(c[x]["false_refusals"]) for x in SERIES)
@@ -248,8 +256,14 @@ def markdown(doc: dict, seconds: float) -> str:
         lines.append("None.")
     for cause, n in causes.items():
         lines.append(f"- {n}: {cause}")
-    lines += ["", "Each one, with its configuration, is in `docs/k3-token-cap-grid.json`",
-              "(`false_refusals.new`).", "", "## Non-K3 decisions that differ from stock", ""]
+    lines += [
+        "",
+        "Each one, with its configuration, is in `docs/k3-token-cap-grid.json`",
+        "(`false_refusals.new`).",
+        "",
+        "## Non-K3 decisions that differ from stock",
+        "",
+    ]
     if not doc["non_k3_changes"]:
         lines.append("None.")
     for change, n in doc["non_k3_changes"].items():
