@@ -234,23 +234,39 @@ def _in(repo: Path, patch: Patch, placement: Placement, partial: str, how: str =
     return PatchStatus(patch, State.UPSTREAM, detail=partial or how)
 
 
+def _in_at_top(scratch: ScratchIndex, series: Series, placement: Placement, reverse: list[Path]) -> int:
+    """How many patches at the top of the series the files hold. Each one found is reverse-applied
+    in `scratch`, so that the patch below it is judged on the files as it left them, not as later
+    patches of the same series changed them (two patches editing one file)."""
+    count = 0
+    for patch, rev in zip(reversed(series.patches), reversed(reverse)):
+        if not (_holds(scratch, patch, placement, "new") or scratch.apply(rev, "--check", "-R").returncode == 0):
+            break
+        scratch.apply(rev, "-R")
+        count += 1
+    return count
+
+
 def series_status(
     repo: Path, series: Series, content: Content | None = None, placement: Placement = SAME_PLACE
 ) -> list[PatchStatus]:
-    """Classify each patch in order, applying the pending ones to a scratch index as it goes
-    (a later patch sees the earlier ones in)."""
+    """The patches the files hold at the top of the series are in; the rest are classified in
+    order, each pending one applied to a scratch index as it goes (a later patch sees the earlier
+    ones in)."""
     tree = (content or content_of(repo)).tree
     with (
         ScratchIndex(repo, tree, tuple(placement.apply_flags())) as scratch,
         tempfile.TemporaryDirectory(prefix="sgl-overlay-narrow-") as tmp,
     ):
-        return [
-            _classify(
-                repo,
-                scratch,
-                patch,
-                placement,
-                narrow_context(patch, Path(tmp)) if series.target.full_context else patch.path,
-            )
-            for patch in series.patches
+        reverse = [
+            narrow_context(patch, Path(tmp)) if series.target.full_context else patch.path for patch in series.patches
+        ]
+        below = len(series.patches) - _in_at_top(scratch, series, placement, reverse)
+        statuses = [
+            _classify(repo, scratch, patch, placement, rev)
+            for patch, rev in zip(series.patches[:below], reverse[:below])
+        ]
+        return statuses + [
+            _in(repo, patch, placement, "", "the files hold its post-image (reverse-applies cleanly)")
+            for patch in series.patches[below:]
         ]

@@ -75,8 +75,9 @@ class Overlay:
     series: list[Path]
 
 
-def make_overlay(tmp: Path, target: str = "sglang") -> Overlay:
-    """Author two patches in a scratch clone, as a maintainer would, and pin them."""
+def make_overlay(tmp: Path, target: str = "sglang", second: str = "line 30") -> Overlay:
+    """Author two patches in a scratch clone, as a maintainer would, and pin them. The second
+    one changes model.py at `second` (within the first one's context when it is line 11 or 12)."""
     upstream = make_upstream(tmp / "upstream", name=target)
     work = clone(upstream, tmp / "work")
     write(work, "python/sglang/model.py", edit_line(MODEL_PY, "line 10\n", "line 10 fixed\n"))
@@ -84,7 +85,7 @@ def make_overlay(tmp: Path, target: str = "sglang") -> Overlay:
     git(work, "add", "-A")
     git(work, "commit", "-q", "-m", "model: fix line 10", "-m", "Why: it was wrong.\n\nLink: https://example.com/1")
     fixed = (work / "python/sglang/model.py").read_text()
-    write(work, "python/sglang/model.py", edit_line(fixed, "line 30\n", "line 30 fixed\n"))
+    write(work, "python/sglang/model.py", edit_line(fixed, f"{second}\n", f"{second} fixed\n"))
     write(work, "python/sglang/hook.py", edit_line(HOOK_PY, "hook 5\n", "hook 5 fixed\n"))
     git(work, "commit", "-q", "-am", "hook: fix line 5 and model line 30")
     patches = tmp / "patches"

@@ -227,6 +227,25 @@ def test_revert_with_commits_on_top_then_apply_again(tmp_path: Path) -> None:
     assert git(co, "log", "-1", "--format=%s").startswith('Revert "')
 
 
+def test_patches_editing_the_same_lines_read_as_applied_and_revert_as_a_series(tmp_path: Path) -> None:
+    """The second patch changes the first one's context: once both are in, the first one's
+    post-image is no longer in the files as such, and the series still reads as applied."""
+    ov = make_overlay(tmp_path, second="line 11")
+    co = clone(ov.upstream, tmp_path / "co")
+    base = ["--patches", str(ov.patches)]
+    assert "applied 2 patch(es)" in _run(*base, "apply", "--checkout", str(co))
+    assert _states(_run(*base, "status", "--checkout", str(co))) == ["applied", "applied"]
+    before = snapshot(co)
+    assert "already applied" in _run(*base, "apply", "--checkout", str(co))
+    assert snapshot(co) == before
+    write(co, "NOTES", "local\n")
+    git(co, "add", "NOTES")
+    git(co, "commit", "-qm", "local")
+    assert "(git revert)" in _run(*base, "revert", "--checkout", str(co))
+    assert (co / "python/sglang/model.py").read_text() == MODEL_PY
+    assert _states(_run(*base, "status", "--checkout", str(co))) == ["applicable", "applicable"]
+
+
 def test_status_reads_uncommitted_working_files(tmp_path: Path) -> None:
     ov = make_overlay(tmp_path)
     co = clone(ov.upstream, tmp_path / "co")
