@@ -64,7 +64,7 @@ imports = [(n.module, [a.name for a in n.names]) for n in ast.walk(fn) if isinst
 
 list_results = []
 callers = [(deep_gemm.copy_list_to_gpu_no_ce, [1, 2, 3])]
-if hasattr(deep_gemm, "copy_list_to_gpu"):  # sglang patch 0003
+if hasattr(deep_gemm, "copy_list_to_gpu"):  # the patched sglang (the DeepGEMM caller patch)
     callers.append((deep_gemm.copy_list_to_gpu, [4] * 512))
 for fn, arr in callers:
     try:

@@ -14,7 +14,7 @@ REPLACE hooks on
   function that reads the per-expert count list and launches once, instead of
   torch.tensor(list) + empty_like + the op;
 - ``copy_list_to_gpu`` in the same module (``CALLER_PINNED``), the runner's
-  copy-engine branch, where the patched sglang has it (sglang patch 0003): the
+  copy-engine branch, where the patched sglang has it (the DeepGEMM caller patch): the
   same one launch for 1..512 counts, the original pinned copy otherwise.
 
 The caller hooks need the built extension (``sgl_kernel_ext._C``); without it
