@@ -1,7 +1,7 @@
 // Launch cost of a kernel that takes its data by value, as a function of the
-// argument size, timed in a C++ loop (no Python). Part of benchmarks/bench_copy.py
-// (issue 7): does a 2 KiB by-value argument (the copy_to_gpu_no_ce fallback)
-// cost more to launch than a 64 B one?
+// argument size, timed in a C++ loop (no Python). Part of benchmarks/bench_copy.py:
+// does a 2 KiB by-value argument (the copy_to_gpu_no_ce fallback) cost more to
+// launch than a 64 B one?
 //
 // Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -o launch_cost launch_cost.cu
 // Run:   ./launch_cost [calls=20000] [repeats=7] [json_path]

@@ -10,9 +10,13 @@
 # The tests read both images from build/trees/sgl-kernel (`make trees`), so carry it:
 #   device run: command "bash scripts/gpu_kernel.sh", carry ["build/trees/sgl-kernel"]
 # Outputs under $OUT (at most 8 files).
+# No `set -e`: every step runs even when an earlier one fails, so that one call reports
+# everything; each step's failure sets `status`, the script's exit code.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/gpu_kernel_out}
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/gpu_tests.log") 2>&1
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
@@ -24,11 +28,11 @@ else
   export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 fi
 export MAX_JOBS=${MAX_JOBS:-16}
-export SGL_KERNEL_EXT_BUILD_DIR=${SGL_KERNEL_EXT_BUILD_DIR:-/tmp/sgl_kernel_ext_build}
+export SGL_KERNEL_EXT_BUILD_DIR=${SGL_KERNEL_EXT_BUILD_DIR:-$WORK/jit}
 # Build with the compiler whose libstdc++ the process loads. On the H200 image, Python's
 # sysconfig compiler and nvcc's default -ccbin are a newer GCC under /opt/gcc, and integer
-# formatting in the extension's error messages then crashes (GPU_TESTS.md of 2026-11-29,
-# runs 4-7). The image also exports CC=/opt/gcc/bin/gcc, so these override the environment.
+# formatting in the extension's error messages then crashes (sgl_kernel_ext/README.md,
+# "Build"). The image also exports CC=/opt/gcc/bin/gcc, so these override the environment.
 if [ -x /usr/bin/gcc ] && [ -x /usr/bin/g++ ]; then
   export CC=/usr/bin/gcc CXX=/usr/bin/g++ NVCC_CCBIN=/usr/bin/gcc
   export LDSHARED="/usr/bin/g++ -shared" LDCXXSHARED="/usr/bin/g++ -shared"
@@ -49,11 +53,11 @@ uname -r; nproc
 
 step "pip wheel + install ./sgl_kernel_ext"
 t0=$(date +%s)
-rm -rf /tmp/skx_dist
-$PY -m pip wheel --no-build-isolation --no-deps --no-index -w /tmp/skx_dist ./sgl_kernel_ext 2>&1 | tail -3 || status=1
+DIST=$WORK/dist
+$PY -m pip wheel --no-build-isolation --no-deps --no-index -w "$DIST" ./sgl_kernel_ext 2>&1 | tail -3 || status=1
 echo "build took $(( $(date +%s) - t0 )) s"
-ls -l /tmp/skx_dist; sha256sum /tmp/skx_dist/*.whl
-$PY - /tmp/skx_dist/*.whl <<'PY'
+ls -l "$DIST"; sha256sum "$DIST"/*.whl
+$PY - "$DIST"/*.whl <<'PY'
 import sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as whl:
     for name in whl.namelist():
@@ -62,8 +66,9 @@ with zipfile.ZipFile(sys.argv[1]) as whl:
                 if line.startswith(("Name:", "Version:", "Requires-Dist:", "Tag:")):
                     print(line)
 PY
-$PY -m pip install --no-deps --no-index --force-reinstall /tmp/skx_dist/*.whl 2>&1 | tail -1 || status=1
-(cd /tmp && $PY - <<'PY'
+$PY -m pip install --no-deps --no-index --force-reinstall "$DIST"/*.whl 2>&1 | tail -1 || status=1
+# from $WORK: the installed wheel, not the repo's sgl_kernel_ext/ folder
+(cd "$WORK" && $PY - <<'PY'
 import sgl_kernel_ext as s, torch
 print("loaded", s.ensure_loaded(), s._C.__file__)
 for name in ("copy_to_gpu_no_ce", "copy_list_to_gpu_no_ce", "copy_to_gpu_no_ce_fallback"):
@@ -97,7 +102,7 @@ if [ -n "${RELEASE_ARCHS:-}" ]; then
     echo "pytest (PTX JIT) rc=$rc"; [ "$rc" = 0 ] || status=1
   else
     echo "CUDA_FORCE_PTX_JIT=1: torch's own kernels do not run (no PTX in torch's build): PTX run skipped"
-    (cd /tmp && CUDA_FORCE_PTX_JIT=1 timeout 120 $PY - <<'PY'
+    (cd "$WORK" && CUDA_FORCE_PTX_JIT=1 timeout 120 $PY - <<'PY'
 import torch
 import sgl_kernel_ext as s  # the installed wheel
 s.ensure_loaded()
@@ -110,26 +115,30 @@ PY
     ) || status=1
   fi
 fi
+# CARRIED_WHEEL: wheel files built elsewhere (e.g. the CI build) and carried here; each is
+# installed into its own folder and loaded under this machine's torch.
 for whl in ${CARRIED_WHEEL:-}; do
   step "the carried wheel $whl (sha256 $(sha256sum "$whl" | cut -c1-64)) under this torch"
-  rm -rf /tmp/carried && $PY -m pip install -q --no-deps --no-index --target /tmp/carried "$whl" 2>&1 | tail -2
-  (cd /tmp && PYTHONPATH=/tmp/carried $PY -c 'import sgl_kernel_ext as s; print(s.ensure_loaded())' 2>&1 | tail -3)
+  carried=$(mktemp -d -p "$WORK")
+  $PY -m pip install -q --no-deps --no-index --target "$carried" "$whl" 2>&1 | tail -2
+  (cd "$WORK" && PYTHONPATH=$carried $PY -c 'import sgl_kernel_ext as s; print(s.ensure_loaded())' 2>&1 | tail -3)
 done
 if [ -n "${SKIP_BENCH:-}" ]; then step "done (SKIP_BENCH): status=$status"; exit $status; fi
 
-rm -rf /tmp/bench; mkdir -p /tmp/bench
+BENCH=$WORK/bench
+mkdir -p "$BENCH"
 for values in full counts; do
   step "benchmarks/bench_copy.py --values $values (paired blocks, profiler)"
-  timeout 200 $PY benchmarks/bench_copy.py --profile --values $values --stem bench_copy_$values --out-dir /tmp/bench; rc=$?
+  timeout 200 $PY benchmarks/bench_copy.py --profile --values $values --stem bench_copy_$values --out-dir "$BENCH"; rc=$?
   echo "bench rc=$rc"; [ "$rc" = 0 ] || status=1
 done
-tar -C /tmp/bench -cf "$OUT/bench.tar" .
+tar -C "$BENCH" -cf "$OUT/bench.tar" .
 
 if [ -n "${NCU:-}" ]; then
   step "Nsight Compute: exact vs fallback kernel duration"
   timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum -k regex:copy_to_gpu_no_ce --csv \
-    $PY benchmarks/ncu_kernels.py > "$OUT/ncu_kernels.csv" 2> /tmp/ncu.err; rc=$?
-  echo "ncu rc=$rc"; tail -3 /tmp/ncu.err; $PY benchmarks/ncu_kernels.py --summarize "$OUT/ncu_kernels.csv"
+    $PY benchmarks/ncu_kernels.py > "$OUT/ncu_kernels.csv" 2> "$WORK/ncu.err"; rc=$?
+  echo "ncu rc=$rc"; tail -3 "$WORK/ncu.err"; $PY benchmarks/ncu_kernels.py --summarize "$OUT/ncu_kernels.csv"
 fi
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 

@@ -12,7 +12,6 @@
 
 // Defined in copy.cu.
 void copy_to_gpu_no_ce(const at::Tensor& input, at::Tensor& output);
-#ifndef SGL_KERNEL_EXT_PREIMAGE
 void copy_to_gpu_no_ce_fallback_impl(const at::Tensor& input, at::Tensor& output);
 at::Tensor copy_list_to_gpu_no_ce(at::IntArrayRef values);
 
@@ -66,34 +65,20 @@ PyMethodDef methods[] = {
     {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace
-#define SGL_KERNEL_EXT_METHODS methods
-#else
-#define SGL_KERNEL_EXT_METHODS nullptr
-#endif
 
 // `import sgl_kernel_ext._C` loads the library, which runs the registration below.
 extern "C" PyObject* PyInit__C(void) {
-  static PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, SGL_KERNEL_EXT_METHODS};
+  static PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, methods};
   return PyModule_Create(&module_def);
 }
 
-// The op namespace: torch.ops.sgl_kernel_ext unless the build names another
-// (the tests build the unpatched copy.cu as sgl_kernel_ext_preimage).
-#ifndef SGL_KERNEL_EXT_NAMESPACE
-#define SGL_KERNEL_EXT_NAMESPACE sgl_kernel_ext
-#endif
-// TORCH_LIBRARY pastes its first argument, so expand the macro one level up.
-#define SGL_KERNEL_EXT_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
-
-SGL_KERNEL_EXT_LIBRARY(SGL_KERNEL_EXT_NAMESPACE, m) {
+TORCH_LIBRARY(sgl_kernel_ext, m) {
   // Same schema and dispatch key as sgl-kernel's own registration.
   m.def("copy_to_gpu_no_ce(Tensor input, Tensor! output) -> ()");
   m.impl("copy_to_gpu_no_ce", c10::kCUDA, &copy_to_gpu_no_ce);
-#ifndef SGL_KERNEL_EXT_PREIMAGE
   // No tensor argument to dispatch on: one kernel for every backend.
   m.def("copy_list_to_gpu_no_ce(int[] values) -> Tensor", &copy_list_to_gpu_no_ce);
   // Benchmark-only: always the one fallback kernel, whatever N (1..512).
   m.def("copy_to_gpu_no_ce_fallback(Tensor input, Tensor! output) -> ()");
   m.impl("copy_to_gpu_no_ce_fallback", c10::kCUDA, &copy_to_gpu_no_ce_fallback_impl);
-#endif
 }

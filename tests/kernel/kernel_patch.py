@@ -1,60 +1,39 @@
-"""The sgl-kernel patch as the tool laid it out: pins, `index` lines, both images.
+"""The sgl-kernel series as the tool laid it out: pins and both images.
 
-`sgl-overlay fetch` rebuilds the pre-images from the patch's full-file context (with
-unidiff) and proves them by blob id; `apply` commits the patch on top. So
-build/trees/sgl-kernel holds the pre-image at tag `upstream` and the post-image at HEAD,
-and these tests read both from there instead of parsing the patch a second time.
-Standard library only (the GPU tests import it on the device machine).
+The pins and the series come from the tool's own manifest reader (sgl_overlay.manifest,
+which needs only tomllib and packaging). `sgl-overlay fetch` rebuilds the pre-images from
+the patches' full-file context and proves them by blob id, `apply` commits the series on
+top and `verify` proves HEAD holds the series' final blobs. So build/trees/sgl-kernel
+holds the pre-image at tag `upstream` and the post-image at HEAD, and these tests read both
+from there with git instead of parsing the patches again. The GPU tests import this file
+on the device machine, which has the repo and that tree but not the tool's venv.
 """
 
 from __future__ import annotations
 
-import re
 import subprocess
-import tomllib
+import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXT_DIR = REPO_ROOT / "sgl_kernel_ext"
-TARGET = "sgl-kernel"
+TARGET_NAME = "sgl-kernel"
 COPY_CU = "sgl-kernel/csrc/elementwise/copy.cu"
 TEST_COPY = "sgl-kernel/tests/test_copy.py"
 REVS = {"old": "upstream", "new": "HEAD"}
 
-_MANIFEST = tomllib.loads((REPO_ROOT / "patches" / "manifest.toml").read_text())["targets"][TARGET]
-PINNED_PREIMAGES: dict[str, str] = _MANIFEST["preimages"]
+if str(REPO_ROOT / "python") not in sys.path:
+    sys.path.append(str(REPO_ROOT / "python"))
+from sgl_overlay.manifest import load_manifest  # noqa: E402
 
-
-def series_paths() -> list[Path]:
-    """The target's patches, in series order."""
-    return [REPO_ROOT / "patches" / TARGET / name for name in _MANIFEST["patches"]]
-
-
-def patch_index_blobs(patch: Path) -> dict[str, tuple[str, str]]:
-    """path -> (old, new) blob ids, as one patch's `index` lines state them."""
-    pattern = r"^diff --git a/\S+ b/(\S+)\n(?:(?!diff --git).*\n)*?index ([0-9a-f]+)\.\.([0-9a-f]+)"
-    return {path: (old, new) for path, old, new in re.findall(pattern, patch.read_text(), flags=re.M)}
-
-
-def index_blobs() -> dict[str, tuple[str, str]]:
-    """path -> (pre-image blob, post-image blob) over the series: the first patch's
-    `old` and the last patch's `new` for each file; consecutive patches must chain
-    (one's `new` is the next one's `old`)."""
-    out: dict[str, tuple[str, str]] = {}
-    for patch in series_paths():
-        for path, (old, new) in patch_index_blobs(patch).items():
-            if path in out:
-                assert out[path][1] == old, f"{patch.name}: {path} does not start from the previous post-image"
-                out[path] = (out[path][0], new)
-            else:
-                out[path] = (old, new)
-    return out
+TARGET = load_manifest(REPO_ROOT / "patches").get(TARGET_NAME)
+PINNED_PREIMAGES: dict[str, str] = TARGET.preimages
 
 
 def _tree() -> Path:
     from conftest import tree_dir  # tests/ is on sys.path under pytest
 
-    return tree_dir(TARGET)
+    return tree_dir(TARGET_NAME)
 
 
 def _git(*args: str) -> bytes:
@@ -70,6 +49,11 @@ def tree_blob(side: str, path: str) -> str:
     return _git("rev-parse", f"{REVS[side]}:{path}").decode().strip()
 
 
+def touched_files() -> set[str]:
+    """The files the series changes: the tree's diff from pre-image to post-image."""
+    return set(_git("diff", "--name-only", "-z", REVS["old"], REVS["new"]).decode().split("\0")) - {""}
+
+
 def file_blob(path: Path) -> str:
     return subprocess.run(["git", "hash-object", str(path)], capture_output=True, text=True, check=True).stdout.strip()
 
@@ -78,15 +62,13 @@ def write_tree(dest: Path, side: str) -> Path:
     """Export the whole pre-image or post-image tree under dest."""
     from conftest import export_tree
 
-    return export_tree(TARGET, dest, REVS[side])
+    return export_tree(TARGET_NAME, dest, REVS[side])
 
 
 def import_ext():
     """Import sgl_kernel_ext: an installed copy first (it has the prebuilt _C), else the
     source tree, appended to the path (it then needs load_jit()). A regular package wins
     over the repo's top-level sgl_kernel_ext/ directory, a namespace package."""
-    import sys
-
     sys.path.append(str(EXT_DIR / "python"))
     import sgl_kernel_ext
 

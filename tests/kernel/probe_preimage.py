@@ -1,26 +1,31 @@
-"""Probe: build the UNPATCHED copy.cu (the tree's pre-image, rebuilt from the
-patch by `sgl-overlay fetch`) the same way as the extension, in its own op
-namespace, and call it at N=64 and N=16. Prints one JSON line.
+"""Probe: build the UNPATCHED copy.cu (argv[2], the tree's pre-image) with the flags the
+extension is built with (sgl_kernel_ext._build.prepare) next to the test-only
+preimage_registration.cc, and call torch.ops.sgl_kernel_ext_preimage.copy_to_gpu_no_ce
+at N=64 and N=16. Runs in its own process, apart from the loaded extension, which
+defines the same C++ symbols. Prints one JSON line.
 argv: build_dir preimage_copy_cu"""
 
 import json
 import sys
 from pathlib import Path
 
-import kernel_patch as kp
 import torch
+import torch.utils.cpp_extension as cpp_extension
 
-import sgl_kernel_ext  # PYTHONPATH: the extension's source tree first
+from sgl_kernel_ext._build import prepare  # PYTHONPATH: the extension's source tree first
 
 build_dir, src = Path(sys.argv[1]), Path(sys.argv[2])
-assert kp.file_blob(src) == kp.PINNED_PREIMAGES[kp.COPY_CU]
-ns = sgl_kernel_ext.load_jit(
+cxx, nvcc, include_dirs = prepare()
+cpp_extension.load(
+    name="sgl_kernel_ext_preimage",
+    sources=[str(src), str(Path(__file__).with_name("preimage_registration.cc"))],
+    extra_cflags=cxx,
+    extra_cuda_cflags=nvcc,
+    extra_include_paths=include_dirs,
     build_directory=str(build_dir),
-    namespace="sgl_kernel_ext_preimage",
-    sources=[str(src), str(sgl_kernel_ext.source_dir() / "registration.cc")],
-    extra_cflags=["-DSGL_KERNEL_EXT_PREIMAGE"],
+    is_python_module=False,
 )
-op = getattr(torch.ops, ns).copy_to_gpu_no_ce
+op = torch.ops.sgl_kernel_ext_preimage.copy_to_gpu_no_ce
 result = {}
 for n in (64, 16):
     x = torch.randint(-(2**31), 2**31 - 1, (n,), dtype=torch.int32)

@@ -16,7 +16,8 @@ runs them on the device machine, also under compute-sanitizer memcheck.
   plugin installs and the int[] op behind the dispatcher, every N in 1..512,
   new int32 tensor on the current device, refusals; the plugin's copy-engine
   branch replacement hands N > 512 to the original.
-- The unpatched pre-image, compiled the same way, fails at N=16 with
+- The unpatched pre-image, compiled with the extension's flags next to a test-only
+  registration (tests/kernel/preimage_registration.cc), fails at N=16 with
   "unexpected N" (and works at N=64): the bug is real before the fix.
 
 The extension comes from an installed sgl_kernel_ext._C if importable, else it
@@ -227,6 +228,7 @@ def test_unpatched_preimage_fails_at_16(build_dir, tmp_path):
     build = build_dir / "preimage"
     build.mkdir(parents=True, exist_ok=True)
     preimage = kp.write_tree(tmp_path, "old") / kp.COPY_CU
+    assert kp.file_blob(preimage) == kp.PINNED_PREIMAGES[kp.COPY_CU]
     here = Path(__file__).parent
     result = run_probe(kp.EXT_DIR / "python", here / "probe_preimage.py", str(build), str(preimage), extra_path=(here,))
     print(result)

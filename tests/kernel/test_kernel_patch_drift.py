@@ -2,14 +2,15 @@
 
 - the pre-image side (the tree's `upstream` commit, which `sgl-overlay fetch`
   rebuilt from the patch's full-context hunks) hashes to the pinned upstream
-  blobs, and the patch's `index` lines say so too;
-- sgl_kernel_ext/csrc/copy.cu has the blob id of the series' post-image (the last
-  patch's `index` line) and the bytes of the tree's HEAD, and `git apply` of the
-  patches in order onto the pre-image gives the same bytes;
+  blobs, and the series touches exactly the pinned files;
+- the tree passes `sgl-overlay verify`: HEAD holds the blobs the series' `index`
+  lines end at;
+- sgl_kernel_ext/csrc/copy.cu has the bytes (and so the blob id) of the tree's
+  HEAD, and `git apply` of the patches in order onto the pre-image gives the same bytes;
 - the post-image is clang-format clean (upstream's sgl-kernel style) and the
   patched test file black/isort clean.
 
-No stubs: this reads files and runs git/clang-format/black/isort.
+No stubs: this reads files and runs git/sgl-overlay/clang-format/black/isort.
 """
 
 from __future__ import annotations
@@ -22,17 +23,38 @@ from pathlib import Path
 import kernel_patch as kp
 import pytest
 
+from conftest import TREES
+
 EXT_COPY_CU = kp.EXT_DIR / "csrc" / "copy.cu"
 
 
 def test_preimage_blobs_are_the_pinned_ones():
-    index = kp.index_blobs()
-    assert set(index) == {kp.COPY_CU, kp.TEST_COPY} == set(kp.PINNED_PREIMAGES)
+    assert kp.touched_files() == {kp.COPY_CU, kp.TEST_COPY} == set(kp.PINNED_PREIMAGES)
     for path, pinned in kp.PINNED_PREIMAGES.items():
-        old_blob, new_blob = index[path]
-        assert old_blob == pinned, f"{path}: index line says {old_blob}"
         assert kp.tree_blob("old", path) == pinned, f"{path}: rebuilt pre-image is not the pinned blob"
-        assert kp.tree_blob("new", path) == new_blob, f"{path}: post-image does not match its index line"
+
+
+def test_tree_is_what_the_series_says():
+    tool = kp.REPO_ROOT / ".venv" / "bin" / "sgl-overlay"
+    if not tool.exists():
+        pytest.skip("the tool's venv is not built here (scripts/setup_venvs.sh --tool-only)")
+    proc = subprocess.run(
+        [
+            str(tool),
+            "--patches",
+            str(kp.REPO_ROOT / "patches"),
+            "--trees",
+            str(TREES),
+            "verify",
+            "--target",
+            kp.TARGET_NAME,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"verified {kp.TARGET_NAME}: base matches pins" in proc.stdout
 
 
 def test_preimage_is_the_buggy_kernel():
@@ -46,7 +68,7 @@ def test_preimage_is_the_buggy_kernel():
 
 
 def test_extension_copy_cu_is_the_post_image_blob():
-    assert kp.file_blob(EXT_COPY_CU) == kp.index_blobs()[kp.COPY_CU][1]
+    assert kp.file_blob(EXT_COPY_CU) == kp.tree_blob("new", kp.COPY_CU)
     assert EXT_COPY_CU.read_bytes() == kp.image("new", kp.COPY_CU)
 
 
@@ -55,10 +77,10 @@ def test_git_apply_to_rebuilt_preimage_gives_extension_copy_cu(tmp_path):
     assert git, "git is needed"
     kp.write_tree(tmp_path, "old")
     subprocess.run([git, "init", "-q"], cwd=tmp_path, check=True)
-    for patch in kp.series_paths():
+    for patch in kp.TARGET.patch_paths():
         subprocess.run([git, "apply", "--whitespace=nowarn", str(patch)], cwd=tmp_path, check=True)
     assert (tmp_path / kp.COPY_CU).read_bytes() == EXT_COPY_CU.read_bytes()
-    assert kp.file_blob(tmp_path / kp.TEST_COPY) == kp.index_blobs()[kp.TEST_COPY][1]
+    assert kp.file_blob(tmp_path / kp.TEST_COPY) == kp.tree_blob("new", kp.TEST_COPY)
 
 
 def _tool(name: str) -> str:
@@ -73,13 +95,13 @@ def test_post_image_is_clang_format_clean(tmp_path):
     version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
     work = kp.write_tree(tmp_path, "new")
     # upstream's sgl-kernel/.clang-format; the extension keeps the same file
-    shutil.copyfile(kp.EXT_DIR / "csrc" / ".clang-format", work / "sgl-kernel" / ".clang-format")
-    for path in (work / kp.COPY_CU, kp.EXT_DIR / "csrc" / "registration.cc"):
+    style = kp.EXT_DIR / "csrc" / ".clang-format"
+    registrations = (kp.EXT_DIR / "csrc" / "registration.cc", Path(__file__).with_name("preimage_registration.cc"))
+    for path in (work / kp.COPY_CU, *registrations):
         proc = subprocess.run(
-            [exe, "--style=file", "--dry-run", "--Werror", str(path)],
+            [exe, f"--style=file:{style}", "--dry-run", "--Werror", str(path)],
             capture_output=True,
             text=True,
-            cwd=path.parent,
         )
         assert proc.returncode == 0, f"{path.name} not clang-format clean ({version}):\n{proc.stderr}"
 

@@ -20,6 +20,8 @@ import pytest
 from conftest import run_probe
 
 HERE = Path(__file__).resolve().parent
+RUNNER = "sglang.srt.layers.moe.moe_runner.deep_gemm"
+HOOKED = ("sgl_kernel.elementwise.copy_to_gpu_no_ce", f"{RUNNER}.copy_list_to_gpu_no_ce", f"{RUNNER}.copy_list_to_gpu")
 
 STUB_INIT = "from sgl_kernel.elementwise import copy_to_gpu_no_ce  # noqa: F401\n"
 STUB_ELEMENTWISE = """STOCK_CALLS = []
@@ -47,10 +49,12 @@ def _layout(tmp_path: Path) -> Path:
     return site
 
 
-def _probe(root, tmp_path, **env):
+def _probe(root, tmp_path, *args, **env):
     site = _layout(tmp_path)
     extra = {"SGLANG_PLUGINS": "", "SGL_KERNEL_EXT_DISABLE": "", **env}
-    return run_probe(root, HERE / "probe_plugin.py", extra_env=extra, extra_path=(site, kp.EXT_DIR / "python", HERE))
+    return run_probe(
+        root, HERE / "probe_plugin.py", *args, extra_env=extra, extra_path=(site, kp.EXT_DIR / "python", HERE)
+    )
 
 
 def test_pyproject_declares_the_plugin():
@@ -74,6 +78,19 @@ def test_plugin_replaces_both_callers_of_the_patched_runner(patched_root, tmp_pa
     result = _probe(patched_root("sglang"), tmp_path)
     assert result["list_calls"] == [[1, 2, 3], [4] * 512]
     assert result["list_results"] == ["fast", "fast"]
+    assert result["pinned_wraps_stock"] is True
+    assert {t: result["hooks"][t] for t in HOOKED} == dict.fromkeys(HOOKED, 1)
+
+
+def test_loading_plugins_twice_is_harmless(patched_root, tmp_path):
+    # vLLM documents that plugins may be loaded more than once per process; here sglang's
+    # loader runs twice (its own once-guard reset), so register() is called twice.
+    result = _probe(patched_root("sglang"), tmp_path, "twice")
+    assert {t: result["hooks"][t] for t in HOOKED} == dict.fromkeys(HOOKED, 1)
+    assert not [w for w in result["warnings"] if "REPLACE" in w], result["warnings"]
+    assert result["calls"] == ["ext", "ext"] and result["stock_calls"] == []
+    assert result["list_calls"] == [[1, 2, 3], [4] * 512] and result["list_results"] == ["fast", "fast"]
+    assert result["pinned_wraps_stock"] is True
 
 
 @pytest.mark.parametrize(

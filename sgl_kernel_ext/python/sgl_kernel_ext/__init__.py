@@ -12,8 +12,8 @@ the schema sgl-kernel uses for ``torch.ops.sgl_kernel.copy_to_gpu_no_ce``.
   the current CUDA device in one launch; the list is read in C++ (``_C``), not
   through the dispatcher. ``torch.ops.sgl_kernel_ext.copy_list_to_gpu_no_ce`` is the
   same function behind the dispatcher (``int[] values``).
-- ``load_jit()``: compile the sources on the fly with torch.utils.cpp_extension
-  instead of importing the prebuilt ``sgl_kernel_ext._C``.
+- ``load_jit(build_directory=None)``: compile the sources on the fly with
+  torch.utils.cpp_extension instead of importing the prebuilt ``sgl_kernel_ext._C``.
 
 The sglang plugin (``sgl_kernel_ext.sglang_plugin``) makes sglang call
 ``copy_to_gpu_no_ce`` in place of sgl_kernel's.
@@ -46,9 +46,9 @@ _module = None  # the loaded sgl_kernel_ext._C module (prebuilt or JIT)
 _ops: dict = {}  # op name -> torch.ops handle, looked up once (the copy is on a hot path)
 
 
-def _registered(namespace: str = NAMESPACE) -> bool:
+def _registered() -> bool:
     try:
-        getattr(getattr(torch.ops, namespace), "copy_to_gpu_no_ce")
+        torch.ops.sgl_kernel_ext.copy_to_gpu_no_ce
     except (AttributeError, RuntimeError):
         return False
     return True
@@ -64,45 +64,33 @@ def source_dir() -> Path:
     raise FileNotFoundError(f"copy.cu/registration.cc not found next to {here}")
 
 
-def load_jit(
-    build_directory: str | None = None,
-    namespace: str = NAMESPACE,
-    sources: list[str] | None = None,
-    extra_cflags: list[str] | None = None,
-    verbose: bool = False,
-) -> str:
-    """Compile and load the extension with torch.utils.cpp_extension.load.
-
-    Returns the op namespace. ``sources``/``namespace`` let the tests build
-    another copy.cu (e.g. the unpatched pre-image) next to this one.
-    """
-    global _loaded_from
-    if _registered(namespace):
-        return namespace
+def load_jit(build_directory: str | None = None, verbose: bool = False) -> str:
+    """Compile copy.cu and registration.cc with torch.utils.cpp_extension.load, with the
+    flags setup.py uses, and load the result as ``sgl_kernel_ext._C``. Returns where the
+    op came from."""
+    global _loaded_from, _module
+    if _registered():
+        return _loaded_from or "already registered"
     from ._build import prepare
 
     cxx, nvcc, include_dirs = prepare()
     import torch.utils.cpp_extension as cpp_extension
 
-    defines = [f"-DSGL_KERNEL_EXT_NAMESPACE={namespace}", *(extra_cflags or [])]
-    srcs = sources or [str(source_dir() / name) for name in _SOURCES]
-    name = f"{namespace}_jit"
+    name = f"{NAMESPACE}_jit"
     cpp_extension.load(
         name=name,
-        sources=srcs,
-        extra_cflags=cxx + defines,
-        extra_cuda_cflags=nvcc + defines,
+        sources=[str(source_dir() / src) for src in _SOURCES],
+        extra_cflags=cxx,
+        extra_cuda_cflags=nvcc,
         extra_include_paths=include_dirs,
         build_directory=build_directory,
         is_python_module=False,
         verbose=verbose,
     )
-    if namespace == NAMESPACE:
-        global _module
-        directory = build_directory or cpp_extension._get_build_directory(name, verbose)
-        _module = _import_module(str(Path(directory) / f"{name}.so"))
-        _loaded_from = "jit"
-    return namespace
+    directory = build_directory or cpp_extension._get_build_directory(name, verbose)
+    _module = _import_module(str(Path(directory) / f"{name}.so"))
+    _loaded_from = "jit"
+    return _loaded_from
 
 
 def _import_module(path: str):

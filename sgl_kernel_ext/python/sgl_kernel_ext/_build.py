@@ -32,21 +32,23 @@ def release_gencode_flags() -> list[str]:
 
 
 def prepare() -> tuple[list[str], list[str], list[str]]:
-    """(cxx flags, nvcc flags, include dirs), after setting CUDA_HOME, which
-    torch.utils.cpp_extension reads (see ensure_cuda_home). Architectures:
-    RELEASE_GENCODES with SGL_KERNEL_EXT_ARCHS=release, else TORCH_CUDA_ARCH_LIST if
-    set, else the visible GPUs (torch's default), else RELEASE_GENCODES.
+    """(cxx flags, nvcc flags, include dirs), after pointing torch.utils.cpp_extension
+    at the CUDA toolkit of find_cuda_home(). Architectures: RELEASE_GENCODES with
+    SGL_KERNEL_EXT_ARCHS=release, else TORCH_CUDA_ARCH_LIST if set, else the visible
+    GPUs (torch's default), else RELEASE_GENCODES.
 
     No -std flag: torch.utils.cpp_extension adds the standard the installed torch
     was built with (-std=c++20 for torch 2.14.1, whose headers need it; -std=c++17
     for torch 2.11).
     """
-    cuda_home = ensure_cuda_home()
     import torch
     import torch.utils.cpp_extension as cpp_extension
 
+    cuda_home = find_cuda_home()
     if cuda_home and cpp_extension.CUDA_HOME != cuda_home:
-        cpp_extension.CUDA_HOME = cuda_home  # imported before the environment was set
+        # torch took its guess at import; its build functions read this module global,
+        # so the process environment stays as the user set it.
+        cpp_extension.CUDA_HOME = cuda_home
     nvcc = ["-O3"]
     release = os.environ.get("SGL_KERNEL_EXT_ARCHS") == "release"  # also where a GPU is visible
     if release or (not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available()):
@@ -79,14 +81,15 @@ def extra_include_dirs(cuda_home: str | None = None) -> list[str]:
     return dirs
 
 
-def ensure_cuda_home() -> str | None:
-    """Set CUDA_HOME when torch would guess it wrong.
+def find_cuda_home() -> str | None:
+    """The CUDA toolkit to build with: $CUDA_HOME or $CUDA_PATH when set, else the
+    toolkit `nvcc` on PATH resolves to, else /usr/local/cuda (None if neither has
+    include/cuda_runtime.h and bin/nvcc).
 
-    torch.utils.cpp_extension takes CUDA_HOME from the environment, else two
-    levels above `which nvcc`. Where nvcc on PATH is a wrapper script (e.g.
-    /usr/local/bin/nvcc exec-ing /usr/local/cuda-13.0/bin/nvcc) that gives
-    /usr/local, which has no libcudart to link. Call before importing
-    torch.utils.cpp_extension. Returns the CUDA_HOME in effect.
+    torch.utils.cpp_extension takes CUDA_HOME from the environment, else two levels
+    above `which nvcc`. Where nvcc on PATH is a wrapper script (e.g. /usr/local/bin/nvcc
+    exec-ing /usr/local/cuda-13.0/bin/nvcc) that gives /usr/local, which has no
+    libcudart to link.
     """
     if os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"):
         return os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
@@ -97,6 +100,5 @@ def ensure_cuda_home() -> str | None:
     candidates.append(Path("/usr/local/cuda"))
     for cand in candidates:
         if (cand / "include" / "cuda_runtime.h").is_file() and (cand / "bin" / "nvcc").is_file():
-            os.environ["CUDA_HOME"] = str(cand)
             return str(cand)
     return None

@@ -14,12 +14,14 @@ REPLACE hooks on
   function that reads the per-expert count list and launches once, instead of
   torch.tensor(list) + empty_like + the op;
 - ``copy_list_to_gpu`` in the same module (``CALLER_PINNED``), the runner's
-  copy-engine branch, where the patched sglang has it (sglang patch 0003): the
+  copy-engine branch, where the patched sglang has it (the DeepGEMM caller patch): the
   same one launch for 1..512 counts, the original pinned copy otherwise.
 
 The caller hooks need the built extension (``sgl_kernel_ext._C``); without it
 they are left out with a warning and the op hook still loads the extension at
 its first call.
+
+``register`` asks for the hooks once per process; later calls do nothing.
 
 Opt-in: nothing happens unless this package is installed. Turn it off with
 ``SGL_KERNEL_EXT_DISABLE=1``, or leave its name out of ``SGLANG_PLUGINS``.
@@ -37,6 +39,11 @@ TARGET = "sgl_kernel.elementwise.copy_to_gpu_no_ce"
 CALLER_MODULE = "sglang.srt.layers.moe.moe_runner.deep_gemm"
 CALLER_NO_CE = f"{CALLER_MODULE}.copy_list_to_gpu_no_ce"
 CALLER_PINNED = f"{CALLER_MODULE}.copy_list_to_gpu"
+
+# Set once register() has asked for its hooks: plugin loaders may run a plugin more than
+# once per process (vLLM documents it), and a second pass would wrap the already replaced
+# copy_list_to_gpu and make sglang warn about duplicate REPLACE hooks.
+_registered = False
 
 
 def replacement():
@@ -73,12 +80,18 @@ def pinned_replacement(original):
 
 
 def register() -> bool:
+    """Ask sglang's HookRegistry for the hooks above, once per process: a later call (a
+    loader that runs plugins again) registers nothing and returns True."""
+    global _registered
+    if _registered:
+        return True
     if os.environ.get("SGL_KERNEL_EXT_DISABLE", "") not in ("", "0"):
         logger.info("sgl_kernel_ext: disabled by SGL_KERNEL_EXT_DISABLE")
         return False
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     HookRegistry.register(TARGET, replacement(), HookType.REPLACE)
+    _registered = True
     logger.info("sgl_kernel_ext: %s -> torch.ops.sgl_kernel_ext", TARGET)
     try:
         fast = list_replacement()
