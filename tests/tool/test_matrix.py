@@ -171,26 +171,18 @@ def test_every_outcome_class(tmp_path: Path) -> None:
     assert snapshot(tmp_path / "build" / "matrix" / "sglang-1.0") == before
 
 
+def _matrix_cli(tmp_path: Path, patches: Path, cache: Path, *args: str):
+    """`sgl-overlay matrix --offline --no-tests` on the synthetic history, trees under tmp_path."""
+    trees = str(tmp_path / "build" / "trees")
+    return cli(
+        "--patches", str(patches), "--cache", str(cache), "--trees", trees, "matrix", "--offline", "--no-tests", *args
+    )
+
+
 def test_cli_writes_outputs_and_exits_zero_on_conflicts(tmp_path: Path) -> None:
     patches, cache = make_history(tmp_path)
     out = tmp_path / "docs"
-    proc = cli(
-        "--patches",
-        str(patches),
-        "--cache",
-        str(cache),
-        "--trees",
-        str(tmp_path / "build" / "trees"),
-        "matrix",
-        "--offline",
-        "--no-tests",
-        "--versions",
-        "0.7,1.0",
-        "--target",
-        "sglang",
-        "--out",
-        str(out),
-    )
+    proc = _matrix_cli(tmp_path, patches, cache, "--versions", "0.7,1.0", "--target", "sglang", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     data = json.loads((out / "compat-matrix.json").read_text())
     row = {v["version"]: v["cells"] for v in data["targets"]["sglang"]["versions"]}
@@ -203,21 +195,7 @@ def test_cli_writes_outputs_and_exits_zero_on_conflicts(tmp_path: Path) -> None:
 
 def test_cli_fails_on_a_missing_wheel_but_still_writes(tmp_path: Path) -> None:
     patches, cache = make_history(tmp_path)
-    proc = cli(
-        "--patches",
-        str(patches),
-        "--cache",
-        str(cache),
-        "--trees",
-        str(tmp_path / "build" / "trees"),
-        "matrix",
-        "--offline",
-        "--no-tests",
-        "--versions",
-        "sglang=1.0,2.0",
-        "--out",
-        str(tmp_path / "o"),
-    )
+    proc = _matrix_cli(tmp_path, patches, cache, "--versions", "sglang=1.0,2.0", "--out", str(tmp_path / "o"))
     assert proc.returncode == 1
     assert "no wheel of sglang 2.0" in proc.stderr
     data = json.loads((tmp_path / "o" / "compat-matrix.json").read_text())
