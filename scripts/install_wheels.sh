@@ -31,15 +31,8 @@ while read -r -a f; do
 done <<< "$names"
 (IFS=,; echo "[${entries[*]}]") > build/installed/index.json
 
-# A Python 3.12: $PYTHON312, python3.12 on PATH, or pyenv's (this machine image has 3.12.1 there).
-py312=""
-for cand in ${PYTHON312:-} python3.12 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12; do
-  if "$cand" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then py312=$cand; break; fi
-done
-if [[ -z $py312 ]]; then
-  echo "install_wheels.sh: no Python 3.12 found; install one (pyenv install 3.12) or set PYTHON312=/path/to/python3.12" >&2
-  exit 1
-fi
+source scripts/find_python.sh
+py312=$(find_python 3.12)
 read -r -a f <<< "$($TOOL wheels --print-names --out dist -t sglang --for-python 3.12)"
 VENV=build/installed/venv-cp312
 "$py312" -m venv "$VENV"

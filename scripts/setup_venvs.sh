@@ -25,13 +25,7 @@ ensure_venv() {  # dir, stamp, install-command...
   echo "venv $dir: built in $((SECONDS - t0)) s, $(du -sh "$dir" | cut -f1)"
 }
 
-find_python() {  # X.Y -> an interpreter of that version: $PYTHONXY, python3.Y on PATH, or pyenv's
-  local cand var="PYTHON${1//./}"
-  for cand in ${!var:-} "python$1" "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$1".*/bin/"python$1"; do
-    if "$cand" -c "import sys; sys.exit(sys.version[:${#1}] != '$1')" 2>/dev/null; then echo "$cand"; return; fi
-  done
-  echo "setup_venvs.sh: no Python $1 found (install one, e.g. pyenv install $1, or set $var)" >&2; exit 1
-}
+source scripts/find_python.sh
 
 install_tool() { .venv/bin/python -m pip install -q "${PIP_FLAGS[@]}" -e python/ -r requirements/tool.txt; }
 ensure_venv .venv "$(stamp_of python/pyproject.toml requirements/tool.txt)" install_tool
