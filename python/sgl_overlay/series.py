@@ -151,6 +151,12 @@ def _holds(scratch: ScratchIndex, patch: Patch, placement: Placement, side: str)
     return True
 
 
+def _holds_post_image(scratch: ScratchIndex, patch: Patch, placement: Placement, reverse: Path) -> bool:
+    """All of the patch is in: its post-image blobs, or its reverse (`reverse`: the narrowed form for
+    full-context targets) applies."""
+    return _holds(scratch, patch, placement, "new") or scratch.apply(reverse, "--check", "-R").returncode == 0
+
+
 def narrow_context(patch: Patch, dest: Path) -> Path:
     """The patch of a full-context target rewritten with NARROW_CONTEXT lines of context, so
     that "is it in?" does not also ask "is every other line of the file as pinned?" (a fork's
@@ -178,7 +184,7 @@ def _post_image(scratch: ScratchIndex, patch: Patch, placement: Placement, rever
     The whole patch (`reverse`: its narrowed form for full-context targets) reverse-applying
     means all of it is in; only the files it modifies reverse-applying means the fix is in
     without the test files it adds."""
-    if _holds(scratch, patch, placement, "new") or scratch.apply(reverse, "--check", "-R").returncode == 0:
+    if _holds_post_image(scratch, patch, placement, reverse):
         return ""
     modified = [c.path for c in patch.changes if c.old_blob and c.new_blob]
     added = [c.path for c in patch.changes if not c.old_blob]
@@ -240,7 +246,7 @@ def _in_at_top(scratch: ScratchIndex, series: Series, placement: Placement, reve
     patches of the same series changed them (two patches editing one file)."""
     count = 0
     for patch, rev in zip(reversed(series.patches), reversed(reverse)):
-        if not (_holds(scratch, patch, placement, "new") or scratch.apply(rev, "--check", "-R").returncode == 0):
+        if not _holds_post_image(scratch, patch, placement, rev):
             break
         scratch.apply(rev, "-R")
         count += 1
