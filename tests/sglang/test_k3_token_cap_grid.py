@@ -106,7 +106,7 @@ def test_new_series_has_no_false_accepts(graded):
 
 def test_stock_and_previous_series_accept_overflowing_configs(graded):
     """The bug: both earlier states start servers whose MoE later overflows the cap,
-    in each class of the issue's table."""
+    in each reported failure class."""
     doc, _, _ = graded
     assert doc["series"]["stock"]["false_accepts"] > 0
     assert doc["series"]["previous"]["false_accepts"] > 0
@@ -192,12 +192,12 @@ def test_runtime_agrees_with_the_grid(graded, spec, patched_root):
         assert out["kernel_rows"] == row["required"]
 
 
-# The configurations of the issue that motivated the rework, each through the real
+# The reported failure configurations, one of each class, each through the real
 # pipeline: (name, model, args, cap, previous series' outcome, this series' outcome).
 # Outcomes: "false accept", "false refusal", "refused", "accepted", "clamped".
 TP8 = {"tp_size": 8, "ep_size": 8}
 DP8 = {**TP8, "dp_size": 8, "enable_dp_attention": True}
-ISSUE_ROWS = [
+REPORTED_ROWS = [
     ("pool above the graph, DP8", "k3_linear", {**DP8, "chunked_prefill_size": 4096}, 512, "false accept", "clamped"),
     ("pool above the graph, TP8", "k3_linear", {**TP8, "chunked_prefill_size": 2048}, 256, "false accept", "clamped"),
     (
@@ -257,17 +257,17 @@ def _outcome(result):
     return verdict.replace("_", " ") if verdict != "ok" else report.outcome(result)
 
 
-def test_issue_rows(previous_root, patched_root, tmp_path):
+def test_reported_configurations(previous_root, patched_root, tmp_path):
     rows = [
         {"id": i, "config": i, "model": model, "args": args, "cap": {"base": "fixed", "value": cap}}
-        for i, (_, model, args, cap, _, _) in enumerate(ISSUE_ROWS)
+        for i, (_, model, args, cap, _, _) in enumerate(REPORTED_ROWS)
     ]
-    spec = tmp_path / "issue.json"
+    spec = tmp_path / "reported.json"
     spec.write_text(json.dumps({"models": grid.MODELS, "rows": rows}))
     for series, root, column in (("previous", previous_root, 4), ("new", patched_root("sglang"), 5)):
         out = tmp_path / f"{series}.json"
         run_probe(root, PROBE, str(spec), str(out))
         results = json.loads(out.read_text())["rows"]
-        for row, result in zip(ISSUE_ROWS, results):
+        for row, result in zip(REPORTED_ROWS, results):
             assert "invalid" not in result, (row[0], result)
             assert _outcome(result) == row[column], (series, row[0], result)

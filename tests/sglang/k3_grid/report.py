@@ -18,8 +18,9 @@ from grid import K3_MODELS
 
 SERIES = ("stock", "previous", "new")
 
-# The configurations of the issue's table, as classes of the grid.
-ISSUE_CLASSES = {
+# The reported failure classes (configurations that started and later overflowed the cap, or
+# that were refused wrongly), as classes of the grid.
+REPORTED_CLASSES = {
     "k3-pool-unset": "K3, --max-running-requests unset, decode rows from the request pool",
     "k3-pd-decode": "K3 PD decode node",
     "k3-dynamic-chunking": "K3, PP with --enable-dynamic-chunking",
@@ -227,12 +228,12 @@ def markdown(doc: dict, seconds: float) -> str:
         )
     lines += [
         "",
-        "## The issue's classes",
+        "## The reported failure classes",
         "",
         "| class | rows | false accepts (stock / previous / new) | false refusals (stock / previous / new) |",
         "|---|---:|---|---|",
     ]
-    for tag, label in ISSUE_CLASSES.items():
+    for tag, label in REPORTED_CLASSES.items():
         c = doc["classes"].get(tag)
         if not c:
             continue
