@@ -42,9 +42,6 @@ class Placement:
             return []
         return [f"-p{1 + self.old.count('/')}", f"--directory={self.new.rstrip('/')}"]
 
-    def fits(self, paths: list[str]) -> bool:
-        return not self.old or all(p.startswith(self.old) for p in paths)
-
 
 SAME_PLACE = Placement()
 
@@ -170,7 +167,7 @@ def ensure_writable(co: Checkout) -> None:
             f"{co.path} has {busy} in progress (half-applied series?); finish it or run "
             "`git am --abort` / `git rebase --abort` there, then try again"
         )
-    dirty = gitutil.dirty_files(co.path)
+    dirty = gitutil.changed_files(co.path)
     if dirty:
         raise OverlayError(
             f"{co.path} has uncommitted changes in {len(dirty)} file(s) (first: {dirty[0]}); "

@@ -80,12 +80,6 @@ def operation_in_progress(repo: Path) -> str | None:
     return None
 
 
-def dirty_files(repo: Path) -> list[str]:
-    """Tracked files with uncommitted changes (staged or not)."""
-    lines = git(repo, "status", "--porcelain", "--untracked-files=no").stdout.splitlines()
-    return [line[3:] for line in lines if line.strip()]
-
-
 def changed_files(repo: Path) -> list[str]:
     """Tracked paths whose working file (or staged entry) differs from HEAD, deletions included."""
     names = git(repo, "diff", "--name-only", "--no-renames", "-z", "HEAD").stdout

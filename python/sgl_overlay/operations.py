@@ -41,7 +41,7 @@ def rollback(repo: Path, orig: str) -> None:
     """Return the tree to `orig`: abort a stopped `git am`, then drop commits made since."""
     if gitutil.operation_in_progress(repo):
         gitutil.git(repo, "am", "--abort", check=False, new_session=True)
-    if gitutil.head(repo) != orig or gitutil.dirty_files(repo):
+    if gitutil.head(repo) != orig or gitutil.changed_files(repo):
         # Safe: the tree was clean before we started, so only our own changes go.
         gitutil.git(repo, "reset", "-q", "--hard", orig, new_session=True)
 

@@ -19,6 +19,6 @@ def verify_tree(repo: Path, series: Series) -> list[str]:
             continue
         if found is None or blob is None or not found.startswith(blob):
             problems.append(f"{name}: {path} is blob {found}, the series ends at {blob}")
-    if gitutil.dirty_files(repo):
+    if gitutil.changed_files(repo):
         problems.append(f"{name}: {repo} has uncommitted changes")
     return problems
