@@ -4,7 +4,7 @@
 find_python() {
   local cand var="PYTHON${1//./}"
   for cand in ${!var:-} "python$1" "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$1".*/bin/"python$1"; do
-    if "$cand" -c "import sys; sys.exit(sys.version[:${#1}] != '$1')" 2>/dev/null; then echo "$cand"; return; fi
+    if "$cand" -c "import sys; sys.exit('%d.%d' % sys.version_info[:2] != '$1')" 2>/dev/null; then echo "$cand"; return; fi
   done
   echo "$(basename "$0"): no Python $1 found (install one, e.g. pyenv install $1, or set $var)" >&2; exit 1
 }

@@ -116,7 +116,8 @@ PY
   fi
 fi
 # CARRIED_WHEEL: wheel files built elsewhere (e.g. the CI build) and carried here; each is
-# installed into its own folder and loaded under this machine's torch.
+# installed into its own folder and loaded under this machine's torch. Reported, not counted in
+# `status`: a wheel built against another torch (the shipped 2.14.1 one) is expected not to load.
 for whl in ${CARRIED_WHEEL:-}; do
   step "the carried wheel $whl (sha256 $(sha256sum "$whl" | cut -c1-64)) under this torch"
   carried=$(mktemp -d -p "$WORK")
