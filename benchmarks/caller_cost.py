@@ -52,13 +52,13 @@ BRANCHES = (
 )
 
 
-def step_cost(bench: dict) -> list[dict]:
+def step_cost(bench: dict, bench_file: str) -> list[dict]:
     rows = []
     for name, layers, experts, ep, source in MODELS:
         n = experts // ep
         res = bench["results"].get(str(n))
         if res is None:
-            raise SystemExit(f"caller_cost: {bench.get('path')} has no N = {n} (local experts of {name})")
+            raise SystemExit(f"caller_cost: {bench_file} has no N = {n} (local experts of {name})")
         for branch, before, after in BRANCHES:
             per_block = {m: [b[m]["host_us"] * layers for b in res["blocks"]] for m in (before, after)}
             rows.append(
@@ -149,7 +149,7 @@ def main(argv=None) -> int:
         "bench": Path(args.bench).name,
         "machine": bench["machine"],
         "values": bench["config"].get("values", "full"),
-        "rows": step_cost(bench),
+        "rows": step_cost(bench, args.bench),
     }
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -36,7 +36,7 @@ def test_bootstrap_interval_is_seeded_and_covers_the_median():
     assert lo <= statistics.median(xs) <= hi and lo >= min(xs) and hi <= max(xs)
 
 
-def _blocks(b, op, fb, aa, k=12):
+def _blocks(op, fb, aa, k=12):
     mk = lambda v: {"host_us": v, "device_us": v}  # noqa: E731
     return [
         {"op": mk(op), "op_again": mk(aa * (1 + 0.001 * (i % 3 - 1))), "fallback": mk(fb * (1 + 0.001 * (i % 5 - 2)))}
@@ -46,9 +46,9 @@ def _blocks(b, op, fb, aa, k=12):
 
 def test_verdict_separates_a_difference_from_noise():
     b = _load()
-    same = b.ratio_stats(_blocks(b, 6.0, 6.0, 6.0), 1000, 1)
+    same = b.ratio_stats(_blocks(6.0, 6.0, 6.0), 1000, 1)
     assert b.verdict(same["fallback/op"]["host_us"], same["op_again/op"]["host_us"]).startswith("indistinguishable")
-    slower = b.ratio_stats(_blocks(b, 6.0, 6.6, 6.0), 1000, 1)
+    slower = b.ratio_stats(_blocks(6.0, 6.6, 6.0), 1000, 1)
     assert slower["fallback/op"]["host_us"]["median"] == pytest.approx(1.1, abs=0.01)
     assert b.verdict(slower["fallback/op"]["host_us"], slower["op_again/op"]["host_us"]).startswith("fallback slower")
 

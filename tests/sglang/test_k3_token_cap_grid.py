@@ -268,6 +268,6 @@ def test_reported_configurations(previous_root, patched_root, tmp_path):
         out = tmp_path / f"{series}.json"
         run_probe(root, PROBE, str(spec), str(out))
         results = json.loads(out.read_text())["rows"]
-        for row, result in zip(REPORTED_ROWS, results):
+        for row, result in zip(REPORTED_ROWS, results, strict=True):
             assert "invalid" not in result, (row[0], result)
             assert _outcome(result) == row[column], (series, row[0], result)
