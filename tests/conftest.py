@@ -1,8 +1,5 @@
-"""Shared fixtures: where the stock and patched upstream code lives (docs/DESIGN.md).
-
-The helpers live in tests/helpers.py; they are imported here too, so `from conftest import ...`
-keeps working.
-"""
+"""Shared fixtures: where the stock and patched upstream code lives (docs/DESIGN.md). The suites
+import the shared helpers from tests/helpers.py."""
 
 from __future__ import annotations
 
@@ -11,17 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import (  # noqa: F401 (re-exported for the suites that import them from conftest)
-    REPO_ROOT,
-    TREES,
-    check_record,
-    env_key,
-    export_tree,
-    in_patch_test,
-    run_probe,
-    run_pytest,
-    tree_dir,
-)
+from helpers import env_key, export_tree, tree_dir
 
 
 @pytest.fixture(scope="session")

@@ -31,7 +31,7 @@ PINNED_PREIMAGES: dict[str, str] = TARGET.preimages
 
 
 def _tree() -> Path:
-    from conftest import tree_dir  # tests/ is on sys.path under pytest
+    from helpers import tree_dir  # tests/ is on sys.path under pytest
 
     return tree_dir(TARGET_NAME)
 
@@ -60,7 +60,7 @@ def file_blob(path: Path) -> str:
 
 def write_tree(dest: Path, side: str) -> Path:
     """Export the whole pre-image or post-image tree under dest."""
-    from conftest import export_tree
+    from helpers import export_tree
 
     return export_tree(TARGET_NAME, dest, REVS[side])
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import kernel_patch as kp
 import pytest
 
-from conftest import TREES
+from helpers import TREES
 
 EXT_COPY_CU = kp.EXT_DIR / "csrc" / "copy.cu"
 

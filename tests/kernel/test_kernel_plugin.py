@@ -17,7 +17,7 @@ from pathlib import Path
 import kernel_patch as kp
 import pytest
 
-from conftest import run_probe
+from helpers import run_probe
 
 HERE = Path(__file__).resolve().parent
 RUNNER = "sglang.srt.layers.moe.moe_runner.deep_gemm"

@@ -6,7 +6,7 @@ its GPU case skips here.
 
 from __future__ import annotations
 
-from conftest import in_patch_test, run_pytest
+from helpers import in_patch_test, run_pytest
 
 REL = "test/registered/unit/layers/moe/test_deep_gemm_copy_list.py"
 

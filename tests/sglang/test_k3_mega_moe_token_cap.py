@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_probe
+from helpers import run_probe
 
 PROBES = Path(__file__).resolve().parent / "k3_cap_probes"
 STARTUP = PROBES / "startup.py"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import in_patch_test, run_pytest
+from helpers import in_patch_test, run_pytest
 
 UPSTREAM_TESTS = {
     "test/registered/unit/arg_groups/test_kimi_k3_mega_moe_token_budget.py": 11,

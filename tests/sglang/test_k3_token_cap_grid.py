@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, export_tree, run_probe
+from helpers import REPO_ROOT, export_tree, run_probe
 
 GRID_DIR = Path(__file__).resolve().parent / "k3_grid"
 sys.path.insert(0, str(GRID_DIR))

@@ -1,4 +1,4 @@
-"""Issue 4: the KT GPU-expert remap on both FusedMoE weight-loader paths (sglang-kt 0.7.2).
+"""The KT GPU-expert remap on both FusedMoE weight-loader paths (sglang-kt 0.7.2).
 
 Each probe (kt_remap_probe.py, run in a subprocess against the stock or the patched
 tree) builds the real ``FusedMoE`` of ``srt/layers/moe/fused_moe_triton/layer.py``,
@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import in_patch_test, run_probe, run_pytest
+from helpers import in_patch_test, run_probe, run_pytest
 
 HERE = Path(__file__).resolve().parent
 PROBE = HERE / "kt_remap_probe.py"
