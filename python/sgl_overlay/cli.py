@@ -187,7 +187,7 @@ def _add(
 ) -> argparse.ArgumentParser:
     """The sub-parser of `cmd_<name>`: its docstring's first line is the help, all of it the description."""
     doc = func.__doc__ or ""
-    p = commands.add_parser(func.__name__.removeprefix("cmd_"), help=doc.splitlines()[0], description=doc)
+    p = commands.add_parser(func.__name__.removeprefix("cmd_"), help=doc.partition("\n")[0], description=doc)
     p.set_defaults(func=func)
     if targets:
         p.add_argument(
