@@ -11,16 +11,6 @@ from sgl_overlay.errors import OverlayError
 from sgl_overlay.manifest import Manifest, Target
 from sgl_overlay.patchfile import Series
 
-# Folders upstream moved after the pins: (old prefix, new prefix, where it happened). A
-# target whose marker sits under the new prefix is found there, with its paths mapped.
-MOVES = (
-    (
-        "sgl-kernel/",
-        "python/sglang/kernels/aot/",
-        "sgl-project/sglang moved sgl-kernel/ to python/sglang/kernels/aot/ (PR #32648)",
-    ),
-)
-
 
 @dataclass(frozen=True)
 class Placement:
@@ -44,6 +34,15 @@ class Placement:
 
 
 SAME_PLACE = Placement()
+# Folders upstream moved after the pins. A target whose marker sits under the new prefix is found
+# there, with its paths mapped.
+MOVES = (
+    Placement(
+        "sgl-kernel/",
+        "python/sglang/kernels/aot/",
+        "sgl-project/sglang moved sgl-kernel/ to python/sglang/kernels/aot/ (PR #32648)",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -69,22 +68,13 @@ def _repo_name(url: str) -> str:
     return url.removeprefix("https://github.com/")
 
 
-def _project_name(repo: Path) -> str | None:
-    pyproject = repo / "python" / "pyproject.toml"
-    try:
-        return tomllib.loads(pyproject.read_text()).get("project", {}).get("name")
-    except (FileNotFoundError, tomllib.TOMLDecodeError):
-        return None
-
-
 def _find_marker(repo: Path, marker: str) -> Placement | None:
     """SAME_PLACE when `marker` is there, a moved Placement when it is under a moved folder."""
     if (repo / marker).exists():
         return SAME_PLACE
-    for old, new, why in MOVES:
-        if marker.startswith(old) and (repo / new / marker[len(old) :]).exists():
-            return Placement(old, new, why)
-    return None
+    return next(
+        (moved for moved in MOVES if marker.startswith(moved.old) and (repo / moved.path(marker)).exists()), None
+    )
 
 
 def _project(repo: Path, manifest: Manifest) -> Target | None:
@@ -94,7 +84,10 @@ def _project(repo: Path, manifest: Manifest) -> Target | None:
     by_marker = [t for t in projects if t.marker and (repo / t.marker).exists()]
     if by_marker:
         return by_marker[0]
-    name = _project_name(repo)
+    try:
+        name = tomllib.loads((repo / "python" / "pyproject.toml").read_text()).get("project", {}).get("name")
+    except (FileNotFoundError, tomllib.TOMLDecodeError):
+        name = None
     return next((t for t in projects if t.project_name == name), None)
 
 
@@ -129,12 +122,7 @@ def detect(path: Path, manifest: Manifest, only: list[str] | None = None) -> Che
     and component targets by marker file. `only` limits to those names, all required."""
     repo = gitutil.toplevel(path)
     marked = gitutil.config_get(repo, "sgl-overlay.target")
-    optional: dict[str, str] = {}
-    placements: dict[str, Placement] = {}
-    if marked:
-        found = [manifest.get(marked)]
-    else:
-        found, optional, placements = _found(repo, manifest)
+    found, optional, placements = ([manifest.get(marked)], {}, {}) if marked else _found(repo, manifest)
     if only:
         wanted = [manifest.get(n) for n in only]
         missing = [t.name for t in wanted if t not in found]

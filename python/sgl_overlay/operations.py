@@ -1,12 +1,14 @@
-"""apply / check / revert: all-or-nothing changes to a checkout through `git am -3`."""
+"""apply / check / status / revert: all-or-nothing changes to a checkout through `git am -3`, and the
+lines that report them."""
 
 from __future__ import annotations
 
 import contextlib
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import groupby
 from pathlib import Path
 
 from sgl_overlay import gitutil
@@ -16,11 +18,9 @@ from sgl_overlay.manifest import Target
 from sgl_overlay.series import IN, PENDING, Content, PatchStatus, State, content_of, series_status
 from sgl_overlay.tree import check_preimages
 
-INTERRUPTED_EXIT = 130
-
 
 class Interrupted(OverlayError):
-    exit_code = INTERRUPTED_EXIT
+    exit_code = 130  # what a shell reports for Ctrl-C
 
 
 @contextlib.contextmanager
@@ -46,31 +46,18 @@ def rollback(repo: Path, orig: str) -> None:
         gitutil.git(repo, "reset", "-q", "--hard", orig, new_session=True)
 
 
-def run_am(
-    repo: Path, patches: list[Path], embedded: bool, flags: list[str] | None = None
-) -> subprocess.CompletedProcess:
+def run_am(repo: Path, patches: list[Path], embedded: bool, flags: Sequence[str] = ()) -> subprocess.CompletedProcess:
     """`git am -3` the patches, shielded from Ctrl-C. Laid-out trees get a fixed committer and
     date (reproducible ids); a user's checkout its own identity, or a stand-in if it has none.
     `flags` map the patches' paths to a moved folder (Placement.apply_flags)."""
-    extra: list[str] = list(flags or [])
+    args = ["am", "-3", "--quiet", "--keep-non-patch", *flags]
     env: dict[str, str] = {}
     if embedded:
-        extra.append("--committer-date-is-author-date")
+        args.append("--committer-date-is-author-date")
         env = {k: v for k, v in gitutil.TOOL_IDENTITY.items() if k.startswith("GIT_COMMITTER")}
     elif not gitutil.has_identity(repo):
         env = {"GIT_COMMITTER_NAME": "sgl-overlay", "GIT_COMMITTER_EMAIL": "sgl-overlay@localhost"}
-    return gitutil.git(
-        repo,
-        "am",
-        "-3",
-        "--quiet",
-        "--keep-non-patch",
-        *extra,
-        *map(str, patches),
-        check=False,
-        env=env,
-        new_session=True,
-    )
+    return gitutil.git(repo, *args, *map(str, patches), check=False, env=env, new_session=True)
 
 
 @dataclass
@@ -88,10 +75,6 @@ def survey(co: Checkout, working_files: bool = False) -> Survey:
     return Survey(content, rows)
 
 
-def statuses(co: Checkout) -> dict[str, list[PatchStatus]]:
-    return survey(co).rows
-
-
 def preimage_warnings(co: Checkout, sv: Survey) -> list[str]:
     """Blob mismatches of pinned pre-images, for required targets none of whose patches is
     applied (nor, all of them, already upstream: a series that is in needs no warning)."""
@@ -106,9 +89,34 @@ def preimage_warnings(co: Checkout, sv: Survey) -> list[str]:
     return lines
 
 
-def optional_note(co: Checkout, target: Target, rows: list[PatchStatus], sv: Survey) -> str:
-    """One line on a target a plain apply leaves alone: what its patches would do here."""
-    name, why = target.name, co.optional[target.name]
+def status(co: Checkout) -> tuple[list[str], bool]:
+    """Each patch's state, read from the working files; False when a required one cannot go in."""
+    sv = survey(co, working_files=True)
+    lines = []
+    if sv.content.uncommitted:
+        touched = {co.placement(t.name).path(p) for t in co.targets for r in sv.rows[t.name] for p in r.patch.touched()}
+        ours = [p for p in sv.content.uncommitted if p in touched]
+        lines.append(
+            f"note: {len(sv.content.uncommitted)} file(s) have uncommitted changes ({len(ours)} touched by the "
+            f"patches; first: {(ours or sv.content.uncommitted)[0]}): the states below read the working files, "
+            "not HEAD; apply and revert refuse until they are committed or stashed"
+        )
+    lines += [f"warning: {w}" for w in preimage_warnings(co, sv)]
+    ok = True
+    for target in co.targets:
+        optional = co.optional.get(target.name)
+        note = f" (optional here: {optional}; only `-t {target.name}` applies it)" if optional else ""
+        lines.append(f"{target.name} in {co.path}{note}:")
+        for r in sv.rows[target.name]:
+            extra = r.commit[:12] if r.commit else r.detail
+            lines.append(f"  {r.state.value:<20} {r.patch.label}" + (f"  ({extra})" if extra else ""))
+            ok &= optional is not None or r.state not in (State.CONFLICTING, State.ABSENT)
+    return lines, ok
+
+
+def _optional_note(co: Checkout, sv: Survey, target: Target) -> str:
+    """One line on a target a plain apply leaves alone (see Checkout.optional): what its patches would do here."""
+    name, why, rows = target.name, co.optional[target.name], sv.rows[target.name]
     if all(r.state == State.APPLIED for r in rows):
         return f"{name}: applied here too ({why})"
     if all(r.state in IN for r in rows):
@@ -117,10 +125,8 @@ def optional_note(co: Checkout, target: Target, rows: list[PatchStatus], sv: Sur
     if bad is not None and bad.state == State.ABSENT:
         return f"{name}: not applied ({why}); {bad.patch.label} needs {bad.detail}, which is not here"
     if bad is not None:
-        return (
-            f"{name}: not applied ({why}); {bad.patch.label} conflicts here ({bad.detail}): "
-            f"{_blob_note(co, sv, bad, target)}"
-        )
+        blob_note = _blob_note(co, sv, bad, target)
+        return f"{name}: not applied ({why}); {bad.patch.label} conflicts here ({bad.detail}): {blob_note}"
     if any(r.state == State.APPLIED for r in rows):
         return f"{name}: half-applied here ({why}); run `sgl-overlay revert -t {name} --checkout {co.path}`"
     how = "applies" if all(r.state != State.APPLICABLE_3WAY for r in rows) else "applies with a 3-way merge"
@@ -133,21 +139,23 @@ def optional_note(co: Checkout, target: Target, rows: list[PatchStatus], sv: Sur
 def _blob_note(co: Checkout, sv: Survey, row: PatchStatus, target: Target) -> str:
     """Which file differs from what the conflicting patch is written for: what a port must start from."""
     where = co.placement(target.name).path
-    for c in row.patch.changes:
-        if not c.old_blob:
-            continue
-        have = gitutil.blob_at(co.path, sv.content.tree, where(c.path))
-        if have and not have.startswith(c.old_blob):
+    for c, have in row.patch.not_at_preimage(lambda path: gitutil.blob_at(co.path, sv.content.tree, where(path))):
+        if have is not None:  # None: a file an earlier patch of the series adds
             return (
                 f"{where(c.path)} is blob {have[:12]}, the patch is written for {c.old_blob[:12]}; "
-                f"it needs a variant for this file"
+                "it needs a variant for this file"
             )
     return "it needs a variant for this tree"
 
 
+def _notes(co: Checkout, sv: Survey) -> list[str]:
+    return [_optional_note(co, sv, t) for t in co.targets if t.name in co.optional]
+
+
 def plan(co: Checkout, strict: bool) -> tuple[list[tuple[Path, tuple[str, ...]]], Survey, list[str]]:
-    """Decide which patch files to apply (each with its path-mapping flags); refuse (tree
-    untouched) what cannot go all the way."""
+    """The patch files apply would apply (each with its path-mapping flags), the survey and the pre-image
+    warnings; refuses, tree untouched, what cannot go all the way."""
+    ensure_writable(co)
     sv = survey(co)
     warnings = preimage_warnings(co, sv)
     if strict and warnings:
@@ -178,15 +186,14 @@ def plan(co: Checkout, strict: bool) -> tuple[list[tuple[Path, tuple[str, ...]]]
     return to_apply, sv, warnings
 
 
-def check(co: Checkout, strict: bool = False) -> tuple[list[tuple[Path, tuple[str, ...]]], Survey, list[str]]:
-    """What `apply` would do, refusing exactly what `apply` refuses (the dry run of `check`)."""
-    ensure_writable(co)
-    return plan(co, strict)
-
-
-def notes(co: Checkout, sv: Survey) -> list[str]:
-    """One line per optional target (see Checkout.optional)."""
-    return [optional_note(co, t, sv.rows[t.name], sv) for t in co.targets if t.name in co.optional]
+def check(co: Checkout, strict: bool = False) -> tuple[list[str], bool]:
+    """What `apply` would do, touching nothing: its lines, and False when apply would refuse."""
+    try:
+        to_apply, sv, warnings = plan(co, strict)
+    except OverlayError as exc:
+        return [f"would fail: {exc}"], False
+    would = f"{len(to_apply)} patch(es) would apply to {co.path}" if to_apply else already_in(co, sv)
+    return [f"warning: {w}" for w in warnings] + [f"ok: {would}"] + _notes(co, sv), True
 
 
 def already_in(co: Checkout, sv: Survey) -> str:
@@ -211,26 +218,17 @@ def am_failure(proc: subprocess.CompletedProcess) -> str:
     return next((ln for ln in lines if "conflict" in ln.lower() or ln.startswith("error")), fallback).strip()
 
 
-def _groups(to_apply: list[tuple[Path, tuple[str, ...]]]) -> list[tuple[list[Path], list[str]]]:
-    """Consecutive patches with the same path mapping go in one `git am`."""
-    groups: list[tuple[list[Path], list[str]]] = []
-    for path, flags in to_apply:
-        if groups and groups[-1][1] == list(flags):
-            groups[-1][0].append(path)
-        else:
-            groups.append(([path], list(flags)))
-    return groups
-
-
 def apply(co: Checkout, strict: bool = False) -> list[str]:
     """Apply every pending patch of every required target, or nothing at all."""
-    to_apply, sv, warnings = check(co, strict)
+    to_apply, sv, warnings = plan(co, strict)
     report = [f"warning: {w} (continuing; --strict refuses)" for w in warnings]
     if not to_apply:
-        return report + [already_in(co, sv)] + notes(co, sv)
+        return report + [already_in(co, sv)] + _notes(co, sv)
     orig = gitutil.head(co.path)
     with deferred_signals() as caught:
-        for patches, flags in _groups(to_apply):
+        # Consecutive patches with the same path mapping go in one `git am`.
+        for flags, group in groupby(to_apply, key=lambda item: item[1]):
+            patches = [path for path, _ in group]
             proc = run_am(co.path, patches, co.embedded, flags)
             if proc.returncode != 0 or caught:
                 stuck = _stuck_patch(co.path, patches)
@@ -246,7 +244,7 @@ def apply(co: Checkout, strict: bool = False) -> list[str]:
     report.append(
         f"applied {len(to_apply)} patch(es) to {co.path}: {orig[:12]} -> {gitutil.head(co.path)[:12]}{skipped}"
     )
-    return report + notes(co, sv)
+    return report + _notes(co, sv)
 
 
 def _stuck_patch(repo: Path, to_apply: list[Path]) -> str:
@@ -262,7 +260,7 @@ def _stuck_patch(repo: Path, to_apply: list[Path]) -> str:
 def revert(co: Checkout) -> list[str]:
     """Remove exactly the overlay's commits: reset if they are on top, `git revert` otherwise."""
     ensure_writable(co)
-    st = statuses(co)
+    st = survey(co).rows
     commits = list(dict.fromkeys(r.commit for rows in st.values() for r in rows if r.state == State.APPLIED))
     if not commits:
         states = "; ".join(f"{name}: {', '.join(r.state.value for r in rows)}" for name, rows in st.items())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +18,6 @@ from sgl_overlay.manifest import Target
 # patch carries its own pre-image (and `git patch-id` sees the same hunks on both sides).
 FULL_CONTEXT = "-U100000"
 _INDEX = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)")
-_NULL = re.compile(r"^0+$")
 
 
 @dataclass(frozen=True)
@@ -41,14 +41,22 @@ class Patch:
     def touched(self) -> list[str]:
         return [c.path for c in self.changes]
 
+    def not_at_preimage(self, blob_of: Callable[[str], str | None]) -> list[tuple[FileChange, str | None]]:
+        """The files this patch modifies (paths as the patch names them) whose blob, `blob_of(path)`, is not
+        the patch's `index` pre-image, each with that blob (None: the file is absent)."""
+        found = [(c, blob_of(c.path)) for c in self.changes if c.old_blob]
+        return [(c, blob) for c, blob in found if blob is None or not blob.startswith(c.old_blob)]
 
-def _subject(path: Path, raw: bytes) -> str:
+
+def _subject(raw: bytes) -> str:
     # git's own mail parser, so "Subject: [PATCH 1/2] ..." folding and prefixes are handled as git am does.
     proc = gitutil.git(None, "mailinfo", "-b", "/dev/null", "/dev/null", input=raw, check=False)
-    for line in proc.stdout.decode(errors="replace").splitlines():
-        if line.startswith("Subject: "):
-            return line[len("Subject: ") :].strip()
-    return ""
+    lines = proc.stdout.decode(errors="replace").splitlines()
+    return next((line.removeprefix("Subject: ").strip() for line in lines if line.startswith("Subject: ")), "")
+
+
+def _corrupt(path: Path, why: object) -> OverlayError:
+    return OverlayError(f"corrupt patch file {path} ({why}); restore it with `git checkout -- {path}`")
 
 
 def read_patch(path: Path) -> Patch:
@@ -62,38 +70,23 @@ def read_patch(path: Path) -> Patch:
     try:
         patchset = unidiff.PatchSet(raw.decode("utf-8"))
     except (UnicodeDecodeError, unidiff.UnidiffParseError) as exc:
-        raise OverlayError(f"corrupt patch file {path} ({exc}); restore it with `git checkout -- {path}`") from None
+        raise _corrupt(path, exc) from None
     # git's own parser must accept it too: it is what `git am` will run.
     check = gitutil.git(None, "apply", "--numstat", str(path), check=False)
     if check.returncode != 0:
-        reason = subproc.failure_reason(check).removeprefix("error: ")
-        raise OverlayError(f"corrupt patch file {path} ({reason}); restore it with `git checkout -- {path}`")
-    subject = _subject(path, raw)
+        raise _corrupt(path, subproc.failure_reason(check).removeprefix("error: "))
+    subject = _subject(raw)
     if not subject or len(patchset) == 0:
-        raise OverlayError(
-            f"corrupt patch file {path} (no {'subject' if not subject else 'diff'} found); "
-            f"restore it with `git checkout -- {path}`"
-        )
+        raise _corrupt(path, f"no {'subject' if not subject else 'diff'} found")
     changes = []
     for pf in patchset:
         if len(pf) == 0 and not (pf.is_rename or pf.is_binary_file or pf.is_added_file or pf.is_removed_file):
-            raise OverlayError(
-                f"corrupt patch file {path} (no readable hunk for {pf.path}); restore it with `git checkout -- {path}`"
-            )
-        old = new = None
-        for line in str(pf.patch_info).splitlines():
-            m = _INDEX.match(line)
-            if m:
-                old, new = m.groups()
-        if old is None:
+            raise _corrupt(path, f"no readable hunk for {pf.path}")
+        blobs = [m.groups() for line in str(pf.patch_info).splitlines() if (m := _INDEX.match(line))]
+        if not blobs:
             raise OverlayError(f"corrupt patch file {path}: {pf.path} has no `index` line")
-        changes.append(
-            FileChange(
-                path=pf.path,
-                old_blob=None if _NULL.match(old) else old,
-                new_blob=None if _NULL.match(new) else new,
-            )
-        )
+        old, new = (blob if blob.strip("0") else None for blob in blobs[-1])  # all zeros: added / deleted
+        changes.append(FileChange(pf.path, old, new))
     return Patch(path=path, subject=subject, changes=tuple(changes), patchset=patchset)
 
 

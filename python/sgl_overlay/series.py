@@ -59,15 +59,12 @@ def content_of(repo: Path, working_files: bool = False) -> Content:
     """HEAD's tree; with `working_files`, the tree the tracked working files make (staged or
     not), written from a private index so the user's index stays as it is."""
     head_tree = gitutil.out(repo, "rev-parse", "HEAD^{tree}")
-    if not working_files:
-        return Content(head_tree)
-    changed = gitutil.changed_files(repo)
+    changed = gitutil.changed_files(repo) if working_files else []
     if not changed:
         return Content(head_tree)
     with ScratchIndex(repo, head_tree) as scratch:
-        gitutil.git(
-            repo, "update-index", "--add", "--remove", "-z", "--stdin", input="\0".join(changed) + "\0", env=scratch.env
-        )
+        listed = "".join(f"{path}\0" for path in changed)
+        gitutil.git(repo, "update-index", "--add", "--remove", "-z", "--stdin", input=listed, env=scratch.env)
         tree = gitutil.git(repo, "write-tree", env=scratch.env).stdout.strip()
     return Content(tree, tuple(changed))
 
@@ -91,9 +88,8 @@ class ScratchIndex:
     def __init__(self, repo: Path, base: str | None = "HEAD", flags: tuple[str, ...] = ()):
         self.repo = repo
         self.flags = flags  # path mapping for every apply (Placement.apply_flags)
-        fd, self.path = tempfile.mkstemp(prefix="sgl-overlay-index-")
-        os.close(fd)
-        os.unlink(self.path)
+        self.dir = tempfile.mkdtemp(prefix="sgl-overlay-index-")  # the index, its .lock and .saved copy
+        self.path = os.path.join(self.dir, "index")
         self.env = {"GIT_INDEX_FILE": self.path}
         gitutil.git(repo, "read-tree", *([base] if base else ["--empty"]), env=self.env)
 
@@ -101,7 +97,7 @@ class ScratchIndex:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def save(self) -> None:  # a failed `--3way` leaves unmerged entries: restore() drops them
         shutil.copyfile(self.path, self.path + ".saved")
@@ -119,26 +115,12 @@ class ScratchIndex:
         proc = gitutil.git(self.repo, "rev-parse", "--verify", "--quiet", f":{path}", check=False, env=self.env)
         return proc.stdout.strip() or None
 
-    def close(self) -> None:
-        for p in (self.path, self.path + ".lock", self.path + ".saved"):
-            if os.path.exists(p):
-                os.unlink(p)
-
 
 def _first_error(proc: subprocess.CompletedProcess) -> str:
     """git's line naming the file and hunk position that failed."""
     errors = [ln[len("error:") :].strip() for ln in proc.stderr.splitlines() if ln.startswith("error:")]
-    for line in errors:
-        if line.startswith("patch failed:"):
-            return line
-    if errors:
-        return errors[-1]
-    return (proc.stderr.strip().splitlines() or ["git apply refused it"])[-1]
-
-
-def _offsets(proc: subprocess.CompletedProcess) -> str:
-    hunks = [ln.strip() for ln in proc.stderr.splitlines() if "offset" in ln or "fuzz" in ln]
-    return "; ".join(hunks)
+    failed = next((line for line in errors if line.startswith("patch failed:")), None)
+    return failed or (errors or proc.stderr.strip().splitlines() or ["git apply refused it"])[-1]
 
 
 def _holds(scratch: ScratchIndex, patch: Patch, placement: Placement, side: str) -> bool:
@@ -188,16 +170,15 @@ def _post_image(scratch: ScratchIndex, patch: Patch, placement: Placement, rever
         return ""
     modified = [c.path for c in patch.changes if c.old_blob and c.new_blob]
     added = [c.path for c in patch.changes if not c.old_blob]
-    if not modified or not added:
-        return None
     includes = [f"--include={placement.path(p)}" for p in modified]  # matched after the mapping
-    if scratch.apply(reverse, "--check", "-R", *includes).returncode != 0:
+    if not (modified and added) or scratch.apply(reverse, "--check", "-R", *includes).returncode != 0:
         return None
     return f"{', '.join(modified)} already carry the change; the files it adds ({', '.join(added)}) are not there"
 
 
 def _classify(repo: Path, scratch: ScratchIndex, patch: Patch, placement: Placement, reverse: Path) -> PatchStatus:
-    absent = [c.path for c in patch.changes if c.old_blob and scratch.blob(placement.path(c.path)) is None]
+    differ = patch.not_at_preimage(lambda path: scratch.blob(placement.path(path)))  # as the patch finds them
+    absent = [c.path for c, blob in differ if blob is None]
     if absent:
         return PatchStatus(patch, State.ABSENT, detail=placement.path(absent[0]))
     if not _holds(scratch, patch, placement, "old"):
@@ -207,18 +188,15 @@ def _classify(repo: Path, scratch: ScratchIndex, patch: Patch, placement: Placem
     exact = scratch.apply(patch.path, "--check")
     if exact.returncode == 0:
         scratch.apply(patch.path)
-        return PatchStatus(patch, State.APPLICABLE, detail=_offsets(exact))
+        hunks = [ln.strip() for ln in exact.stderr.splitlines() if "offset" in ln or "fuzz" in ln]
+        return PatchStatus(patch, State.APPLICABLE, detail="; ".join(hunks))
     # A full-context patch fails at line 1 whatever differs; its narrowed form names the hunk
     # (and when it applies, the files differ from the pin only away from the changes).
     narrowed = scratch.apply(reverse, "--check") if reverse != patch.path else exact
     where = _first_error(narrowed)
     if not narrowed.returncode:
-        differ = [
-            placement.path(c.path)
-            for c in patch.changes
-            if c.old_blob and not (scratch.blob(placement.path(c.path)) or "").startswith(c.old_blob)
-        ]
-        where = f"{', '.join(differ)}: not the patch's pre-image, but only away from its changes"
+        paths = ", ".join(placement.path(c.path) for c, _ in differ)
+        where = f"{paths}: not the patch's pre-image, but only away from its changes"
     scratch.save()
     paths = [placement.path(p) for p in patch.touched()]
     before = [scratch.blob(p) for p in paths]
@@ -264,9 +242,8 @@ def series_status(
         ScratchIndex(repo, tree, tuple(placement.apply_flags())) as scratch,
         tempfile.TemporaryDirectory(prefix="sgl-overlay-narrow-") as tmp,
     ):
-        reverse = [
-            narrow_context(patch, Path(tmp)) if series.target.full_context else patch.path for patch in series.patches
-        ]
+        full = series.target.full_context
+        reverse = [narrow_context(patch, Path(tmp)) if full else patch.path for patch in series.patches]
         below = len(series.patches) - _in_at_top(scratch, series, placement, reverse)
         statuses = [
             _classify(repo, scratch, patch, placement, rev)
