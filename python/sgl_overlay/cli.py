@@ -223,8 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
         ("--cache", "wheel download cache (default: <repo>/.cache/wheels)"),
     ):
         parser.add_argument(flag, type=Path, metavar="DIR", help=what)
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    _add_commands(parser.add_subparsers(dest="command", required=True, parser_class=Parser))
+    return parser
 
+
+def _add_commands(commands: argparse._SubParsersAction) -> None:
+    """Every command, in the order `--help` lists them, with its own options."""
     p = _add(commands, cmd_fetch)
     p.add_argument("--offline", action="store_true", help="use only the cache; fail if a wheel is missing")
     p.add_argument("--force", action="store_true", help="lay trees out again even if they exist")
@@ -270,7 +274,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="output folder (default: <repo>/docs)")
     p.add_argument("--no-tests", action="store_true", help="classify only; do not run the patches' tests")
     p.add_argument("--offline", action="store_true", help="use only the wheel cache")
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
