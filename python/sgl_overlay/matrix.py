@@ -43,10 +43,8 @@ class Outcome(StrEnum):
     ABSENT = "absent"
     UPSTREAM = "upstream"
 
-    @property
-    def applies(self) -> bool:
-        return self in (Outcome.EXACT, Outcome.OFFSETS, Outcome.THREE_WAY)
 
+APPLIES = (Outcome.EXACT, Outcome.OFFSETS, Outcome.THREE_WAY)  # the patch is committed, its tests run
 
 LEGEND = {
     Outcome.EXACT: "applies exactly: every file it modifies is byte-identical to the pinned pre-image (same blob id)",
@@ -125,9 +123,6 @@ class Options:
         return next((p for p in (self.root / rel, SOURCE_ROOT / rel) if p.exists()), self.root / rel)
 
 
-# ----------------------------------------------------------------------------- trees
-
-
 @dataclass
 class _VersionTree:
     """One version laid out at its `upstream` commit, with the series to try there."""
@@ -171,17 +166,12 @@ def seed_pinned_objects(dest: Path, pinned_tree: Path, patches: tuple[Patch, ...
     """
     paths = sorted({c.path for p in patches for c in p.changes if c.old_blob})
     with ScratchIndex(dest, base=None) as scratch:
-        for path in paths:
-            data = gitutil.cat_blob(pinned_tree, tree.BASE_TAG, path)
-            if data is None:
-                continue
-            blob = gitutil.hash_bytes(data, write_to=dest)
-            gitutil.git(dest, "update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", env=scratch.env)
+        for path in paths:  # a file the pin lacks has no pinned pre-image to seed
+            if (data := gitutil.cat_blob(pinned_tree, tree.BASE_TAG, path)) is not None:
+                blob = gitutil.hash_bytes(data, write_to=dest)
+                gitutil.git(dest, "update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", env=scratch.env)
         for p in patches:  # writes each post-image blob, i.e. the next patch's pre-image
             scratch.apply(p.path)
-
-
-# ----------------------------------------------------------------------------- classification
 
 
 def _hunk_of(patch: Patch, detail: str) -> str:
@@ -233,9 +223,6 @@ def classify(st: PatchStatus, vtree: Path, vt: Target) -> Cell:
         case State.UPSTREAM:
             return Cell(Outcome.UPSTREAM, st.detail)
     raise OverlayError(f"{st.patch.label}: unexpected state {st.state.value} in a fresh matrix tree")
-
-
-# ----------------------------------------------------------------------------- apply + tests
 
 
 def apply_and_commit(vtree: Path, patch: Patch) -> str:
@@ -335,7 +322,7 @@ def run_version(vt: _VersionTree, pinned_tree: Path, tests: _TestRunner) -> None
         if cell.variant and cell.outcome == Outcome.EXACT:
             cell.detail = "the variant's pre-image blob ids are this version's files"
         vt.run.cells[vt.stands_for[rel]] = cell
-        if not cell.outcome.applies:
+        if cell.outcome not in APPLIES:
             cell.tests = TestResult(Tests.NA)
         elif why := apply_and_commit(vt.path, patch):
             cell.tests = TestResult(Tests.NOT_RUN, f"git am -3 failed: {why}")
@@ -352,9 +339,6 @@ def run_version(vt: _VersionTree, pinned_tree: Path, tests: _TestRunner) -> None
         cell.tests = tests.run(vt, patch)
 
 
-# ----------------------------------------------------------------------------- driver
-
-
 def _version_key(v: str):
     """Release order; a version string packaging cannot parse sorts last."""
     try:
@@ -363,45 +347,42 @@ def _version_key(v: str):
         return (1, v)
 
 
-def _note(target: Target) -> str:
+def _new_run(target: Target, spec: MatrixSpec, opts: Options, python: Path) -> TargetRun:
+    """A target's row before any version is tried: its source, notes, and how its tests run."""
     notes = []
     if target.kind != Kind.WHEEL:
         notes.append(
-            f"{target.name} has no registry source (no wheel or sdist of this tree is published): "
-            f"its row covers the pinned commit {target.pinned} only, rebuilt from the "
-            "full-context patches."
+            f"{target.name} has no registry source (no wheel or sdist of this tree is published): its row "
+            f"covers the pinned commit {target.pinned} only, rebuilt from the full-context patches."
         )
     if not target.patches:
         notes.append(
             f"No patches are listed for {target.name} in patches/manifest.toml at the time of this run; "
             "the versions were fetched and laid out, nothing was classified."
         )
-    return " ".join(notes)
-
-
-def _tests_env(python: Path, spec: MatrixSpec, opts: Options) -> str:
-    """How the patch tests run, in words: the interpreter relative to the repo, no machine paths."""
-    shown = next((python.relative_to(b) for b in (opts.root, SOURCE_ROOT) if python.is_relative_to(b)), python)
-    args = " ".join(spec.pytest_args)
-    path = ":".join(["<tree>/python", *spec.pythonpath])
-    return f"`{shown} -m pytest{' ' + args if args else ''}` with `PYTHONPATH={path}`"
-
-
-def run_target(target: Target, spec: MatrixSpec, opts: Options, log: Log = print) -> TargetRun:
     run = TargetRun(
         target=target.name,
         pinned=target.pinned,
         source="registry" if target.kind == Kind.WHEEL else "pinned commit only",
-        note=_note(target),
+        note=" ".join(notes),
         patches=list(target.patches),
         variants=[dataclasses.asdict(v) for v in spec.variants],
     )
-    versions = sorted(dict.fromkeys(spec.versions), key=_version_key) if target.kind == Kind.WHEEL else [target.pinned]
+    if spec.run_tests:  # in words, the interpreter relative to the repo: no machine paths
+        shown = next((python.relative_to(b) for b in (opts.root, SOURCE_ROOT) if python.is_relative_to(b)), python)
+        args = " ".join(spec.pytest_args)
+        path = ":".join(["<tree>/python", *spec.pythonpath])
+        run.tests_env = f"`{shown} -m pytest{' ' + args if args else ''}` with `PYTHONPATH={path}`"
+    return run
+
+
+def run_target(target: Target, spec: MatrixSpec, opts: Options, log: Log = print) -> TargetRun:
     venv = spec.venv or f".venvs/{target.name}"
     python = opts.python.get(target.name) or opts.repo_path(f"{venv}/bin/python")
-    run.tests_env = _tests_env(python, spec, opts) if spec.run_tests else ""
+    run = _new_run(target, spec, opts, python)
     skip = "" if opts.run_tests and spec.run_tests else (spec.no_tests_reason or "--no-tests")
     tests = _TestRunner(python, [opts.repo_path(p) for p in spec.pythonpath], spec.pytest_args, skip, log)
+    versions = sorted(dict.fromkeys(spec.versions), key=_version_key) if target.kind == Kind.WHEEL else [target.pinned]
     try:  # the pinned tree first: its blobs seed every other version's 3-way merges
         pinned = lay_out_version(target, spec, target.pinned, opts, log)
     except OverlayError as exc:  # nothing can be compared without the pin
@@ -426,8 +407,7 @@ def run_matrix(
     manifest: Manifest, names: list[str] | None, versions: dict[str, list[str]], opts: Options, log: Log = print
 ) -> list[TargetRun]:
     selected = manifest.select(names)
-    unknown = sorted(set(versions) - {t.name for t in selected})
-    if unknown:
+    if unknown := sorted(set(versions) - {t.name for t in selected}):
         raise UsageError(
             f"--versions names {unknown[0]!r}, which is not among the selected targets "
             f"({', '.join(t.name for t in selected)})"
