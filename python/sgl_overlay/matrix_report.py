@@ -70,6 +70,38 @@ def _detail(patch: str, v: dict) -> str:
     return line
 
 
+def _target_md(name: str, t: dict) -> list[str]:
+    """One target's section: its notes, the patch x version table with details, variants, wheels."""
+    out = [f"## {name} (pinned {t['pinned']}; source: {t['source']})", ""]
+    if t.get("note"):
+        out += [t["note"], ""]
+    if t.get("tests_env") and t["patches"]:
+        out += [f"Patch tests run as {t['tests_env']}.", ""]
+    versions = t["versions"]
+    if t["patches"]:
+        out += ["| patch | " + " | ".join(v["version"] for v in versions) + " |", "|---|" + "---|" * len(versions)]
+        for p in t["patches"]:
+            out.append(f"| `{p}` | " + " | ".join(_short(v["cells"].get(p)) for v in versions) + " |")
+        out += ["", "<details><summary>Details per patch and version</summary>", ""]
+        out += [_detail(p, v) for p in t["patches"] for v in versions if p in v["cells"]]
+        out += ["", "</details>", ""]
+    if t.get("variants"):
+        out += ["Variants (per-version ports of a patch, `[[targets.<t>.variants]]`):", ""]
+        out += [
+            f"- `{v['file']}` stands in for `{v['patch']}` on {', '.join(v['versions'])}"
+            + (f": {_md_escape(v['reason'])}" if v.get("reason") else "")
+            for v in t["variants"]
+        ]
+        out.append("")
+    if t["source"] == "registry":
+        out += ["| version | wheel | sha256 |", "|---|---|---|"]
+        for v in versions:  # a version that failed: the error in the wheel column, no sha256
+            wheel = f"error: {_md_escape(v['error'])} |" if v.get("error") else f"`{v['wheel']}` | `{v['sha256']}`"
+            out.append(f"| {v['version']} | {wheel} |")
+        out.append("")
+    return out
+
+
 def to_markdown(data: dict) -> str:
     out = [
         HEADER,
@@ -84,36 +116,7 @@ def to_markdown(data: dict) -> str:
         "",
     ]
     for name, t in data["targets"].items():
-        out += [f"## {name} (pinned {t['pinned']}; source: {t['source']})", ""]
-        if t.get("note"):
-            out += [t["note"], ""]
-        if t.get("tests_env") and t["patches"]:
-            out += [f"Patch tests run as {t['tests_env']}.", ""]
-        versions = t["versions"]
-        if t["patches"]:
-            out += ["| patch | " + " | ".join(v["version"] for v in versions) + " |", "|---|" + "---|" * len(versions)]
-            for p in t["patches"]:
-                out.append(f"| `{p}` | " + " | ".join(_short(v["cells"].get(p)) for v in versions) + " |")
-            out += ["", "<details><summary>Details per patch and version</summary>", ""]
-            out += [_detail(p, v) for p in t["patches"] for v in versions if p in v["cells"]]
-            out += ["", "</details>", ""]
-        if t.get("variants"):
-            out += ["Variants (per-version ports of a patch, `[[targets.<t>.variants]]`):", ""]
-            out += [
-                f"- `{v['file']}` stands in for `{v['patch']}` on {', '.join(v['versions'])}"
-                + (f": {_md_escape(v['reason'])}" if v.get("reason") else "")
-                for v in t["variants"]
-            ]
-            out.append("")
-        if t["source"] == "registry":
-            out += ["| version | wheel | sha256 |", "|---|---|---|"]
-            for v in versions:
-                out.append(
-                    f"| {v['version']} | error: {_md_escape(v['error'])} | |"
-                    if v.get("error")
-                    else f"| {v['version']} | `{v['wheel']}` | `{v['sha256']}` |"
-                )
-            out.append("")
+        out += _target_md(name, t)
     return "\n".join(out).rstrip() + "\n"
 
 
