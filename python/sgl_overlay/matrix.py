@@ -138,14 +138,16 @@ def lay_out_version(target: Target, spec: MatrixSpec, version: str, opts: Option
     Only the pinned version must match the manifest's pre-image blobs."""
     variants = [spec.variant_for(name, version) for name in target.patches]
     files = tuple(v.file if v else name for v, name in zip(variants, target.patches))
-    run, wheel = VersionRun(version=version), None
-    vt = dataclasses.replace(target, patches=files)
+    run = VersionRun(version=version)
+    vt = dataclasses.replace(target, patches=files)  # the target as of this version
+    wheel = None
     if target.kind == Kind.WHEEL:
         wheel, run.sha256 = fetch.fetch_version_wheel(target, version, opts.cache, opts.offline)
         run.wheel = wheel.name
         vt = dataclasses.replace(vt, version=version, wheels=(PinnedWheel(wheel.name, run.sha256),))
     series = Series.read(vt)
-    dest, made_by = opts.build / f"{target.name}-{version}", run.sha256 or "none"
+    dest = opts.build / f"{target.name}-{version}"
+    made_by = run.sha256 or "none"  # the wheel the tree is laid out from
     t0 = time.monotonic()
     if tree.is_ready(dest, vt) and gitutil.config_get(dest, "sgl-overlay.matrix-sha256") == made_by:
         operations.rollback(dest, gitutil.out(dest, "rev-parse", tree.BASE_TAG))
