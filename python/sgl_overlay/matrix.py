@@ -212,12 +212,9 @@ def classify(st: PatchStatus, vtree: Path, vt: Target) -> Cell:
                 offsets = st.detail.replace(".; ", "; ").rstrip(".") or "no line offsets"
                 return Cell(Outcome.OFFSETS, f"{', '.join(differ)} differ from the pin; {offsets}")
             return Cell(Outcome.EXACT, "pre-image blob ids equal the pin")
-        case State.APPLICABLE_3WAY if st.detail.startswith("patch failed"):
-            return Cell(
-                Outcome.THREE_WAY, f"exact apply fails at {_hunk_of(st.patch, st.detail)}; 3-way merge is clean"
-            )
-        case State.APPLICABLE_3WAY:
-            return Cell(Outcome.THREE_WAY)
+        case State.APPLICABLE_3WAY:  # git does not always name where the exact apply failed
+            where = _hunk_of(st.patch, st.detail) if st.detail.startswith("patch failed") else ""
+            return Cell(Outcome.THREE_WAY, where and f"exact apply fails at {where}; 3-way merge is clean")
         case State.CONFLICTING:
             return Cell(Outcome.CONFLICT, f"{_hunk_of(st.patch, st.detail)} (fails exact and 3-way)")
         case State.ABSENT:
