@@ -6,45 +6,22 @@ import dataclasses
 import json
 from pathlib import Path
 
-from sgl_overlay.matrix import LEGEND, Cell, Outcome, TargetRun, Tests
+from sgl_overlay.matrix import LEGEND, Outcome, TargetRun, Tests
 
 SCHEMA = 1  # of compat-matrix.json
 
 
-def _cell_json(c: Cell) -> dict:
-    d = {"outcome": c.outcome, "detail": c.detail, "patch_file": c.patch_file, "variant": c.variant}
-    if c.tests is not None:
-        d["tests"] = dataclasses.asdict(c.tests)
-    return d
+def _json_fields(items: list[tuple[str, object]]) -> dict:
+    """The JSON of a run is its dataclasses as dicts, without a version's `error` when it has none
+    and a cell's `tests` when there are none (None)."""
+    return {k: v for k, v in items if v or k not in ("error", "tests")}
 
 
 def to_json(runs: list[TargetRun]) -> dict:
-    return {
-        "schema": SCHEMA,
-        "generated_by": "sgl-overlay matrix",
-        "outcomes": LEGEND,
-        "targets": {
-            r.target: {
-                "pinned": r.pinned,
-                "source": r.source,
-                "note": r.note,
-                "patches": r.patches,
-                "variants": r.variants,
-                "tests_env": r.tests_env,
-                "versions": [
-                    {
-                        "version": v.version,
-                        "wheel": v.wheel,
-                        "sha256": v.sha256,
-                        **({"error": v.error} if v.error else {}),
-                        "cells": {p: _cell_json(c) for p, c in v.cells.items()},
-                    }
-                    for v in r.versions
-                ],
-            }
-            for r in runs
-        },
-    }
+    targets = {r.target: dataclasses.asdict(r, dict_factory=_json_fields) for r in runs}
+    for t in targets.values():
+        del t["target"]  # it is the key
+    return {"schema": SCHEMA, "generated_by": "sgl-overlay matrix", "outcomes": LEGEND, "targets": targets}
 
 
 _SHORT = {Outcome.THREE_WAY: "3-way", Outcome.CONFLICT: "**conflict**"}  # else the outcome itself
@@ -83,18 +60,46 @@ by hand. Machine-readable twin: [compat-matrix.json](compat-matrix.json). How it
 def _detail(patch: str, v: dict) -> str:
     """One bullet of the details: outcome, variant, why, and the tests' result."""
     c = v["cells"][patch]
-    line = f"- `{patch}` @ {v['version']}: **{c['outcome']}**"
-    if c.get("variant"):
-        line += f" via variant `{c['patch_file']}`"
-    line += f" — {_md_escape(c['detail'])}"
+    variant = f" via variant `{c['patch_file']}`" if c.get("variant") else ""
+    line = f"- `{patch}` @ {v['version']}: **{c['outcome']}**{variant} — {_md_escape(c['detail'])}"
     tests = c.get("tests", {})
     if tests.get("result", "n/a") != "n/a":
-        line += f"; tests: **{tests['result']}**"
-        if tests.get("reason"):
-            line += f" ({_md_escape(tests['reason'])})"
-        if tests.get("files"):
-            line += " [" + ", ".join(f"`{f}`" for f in tests["files"]) + "]"
+        reason = f" ({_md_escape(tests['reason'])})" if tests.get("reason") else ""
+        files = " [" + ", ".join(f"`{f}`" for f in tests["files"]) + "]" if tests.get("files") else ""
+        line += f"; tests: **{tests['result']}**{reason}{files}"
     return line
+
+
+def _target_md(name: str, t: dict) -> list[str]:
+    """One target's section: its notes, the patch x version table with details, variants, wheels."""
+    out = [f"## {name} (pinned {t['pinned']}; source: {t['source']})", ""]
+    if t.get("note"):
+        out += [t["note"], ""]
+    if t.get("tests_env") and t["patches"]:
+        out += [f"Patch tests run as {t['tests_env']}.", ""]
+    versions = t["versions"]
+    if t["patches"]:
+        out += ["| patch | " + " | ".join(v["version"] for v in versions) + " |", "|---|" + "---|" * len(versions)]
+        for p in t["patches"]:
+            out.append(f"| `{p}` | " + " | ".join(_short(v["cells"].get(p)) for v in versions) + " |")
+        out += ["", "<details><summary>Details per patch and version</summary>", ""]
+        out += [_detail(p, v) for p in t["patches"] for v in versions if p in v["cells"]]
+        out += ["", "</details>", ""]
+    if t.get("variants"):
+        out += ["Variants (per-version ports of a patch, `[[targets.<t>.variants]]`):", ""]
+        out += [
+            f"- `{v['file']}` stands in for `{v['patch']}` on {', '.join(v['versions'])}"
+            + (f": {_md_escape(v['reason'])}" if v.get("reason") else "")
+            for v in t["variants"]
+        ]
+        out.append("")
+    if t["source"] == "registry":
+        out += ["| version | wheel | sha256 |", "|---|---|---|"]
+        for v in versions:  # a version that failed: the error in the wheel column, no sha256
+            wheel = f"error: {_md_escape(v['error'])} |" if v.get("error") else f"`{v['wheel']}` | `{v['sha256']}`"
+            out.append(f"| {v['version']} | {wheel} |")
+        out.append("")
+    return out
 
 
 def to_markdown(data: dict) -> str:
@@ -111,36 +116,7 @@ def to_markdown(data: dict) -> str:
         "",
     ]
     for name, t in data["targets"].items():
-        out += [f"## {name} (pinned {t['pinned']}; source: {t['source']})", ""]
-        if t.get("note"):
-            out += [t["note"], ""]
-        if t.get("tests_env") and t["patches"]:
-            out += [f"Patch tests run as {t['tests_env']}.", ""]
-        versions = t["versions"]
-        if t["patches"]:
-            out += ["| patch | " + " | ".join(v["version"] for v in versions) + " |", "|---|" + "---|" * len(versions)]
-            for p in t["patches"]:
-                out.append(f"| `{p}` | " + " | ".join(_short(v["cells"].get(p)) for v in versions) + " |")
-            out += ["", "<details><summary>Details per patch and version</summary>", ""]
-            out += [_detail(p, v) for p in t["patches"] for v in versions if p in v["cells"]]
-            out += ["", "</details>", ""]
-        if t.get("variants"):
-            out += ["Variants (per-version ports of a patch, `[[targets.<t>.variants]]`):", ""]
-            out += [
-                f"- `{v['file']}` stands in for `{v['patch']}` on {', '.join(v['versions'])}"
-                + (f": {_md_escape(v['reason'])}" if v.get("reason") else "")
-                for v in t["variants"]
-            ]
-            out.append("")
-        if t["source"] == "registry":
-            out += ["| version | wheel | sha256 |", "|---|---|---|"]
-            for v in versions:
-                out.append(
-                    f"| {v['version']} | error: {_md_escape(v['error'])} | |"
-                    if v.get("error")
-                    else f"| {v['version']} | `{v['wheel']}` | `{v['sha256']}` |"
-                )
-            out.append("")
+        out += _target_md(name, t)
     return "\n".join(out).rstrip() + "\n"
 
 
