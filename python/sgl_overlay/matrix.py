@@ -192,16 +192,10 @@ def _hunk_of(patch: Patch, detail: str) -> str:
 
 
 def _differs_from_pin(patch: Patch, vtree: Path, vt: Target) -> list[str]:
-    """Files the patch modifies that are, in this version, neither the pinned blob nor the
-    patch's own `index` pre-image (a variant authored on that version's file)."""
-    differ = []
-    for c in patch.changes:
-        if not c.old_blob:
-            continue
-        here = gitutil.blob_at(vtree, tree.BASE_TAG, c.path)
-        if here is None or not (here == vt.preimages.get(c.path) or here.startswith(c.old_blob)):
-            differ.append(c.path)
-    return differ
+    """Files the patch modifies that are, in this version, neither the patch's own `index` pre-image
+    (a variant authored on that version's file) nor the pinned blob."""
+    found = patch.not_at_preimage(lambda path: gitutil.blob_at(vtree, tree.BASE_TAG, path))
+    return [c.path for c, here in found if here is None or here != vt.preimages.get(c.path)]
 
 
 def classify(st: PatchStatus, vtree: Path, vt: Target) -> Cell:
