@@ -13,12 +13,13 @@ from packaging.version import Version
 from sgl_overlay import gitutil, subproc
 from sgl_overlay.manifest import Kind, Manifest
 from sgl_overlay.patchfile import Series
-from sgl_overlay.wheels import patched_wheel_name, python_tags, shipped_changes, wheel_for_python, wheel_path_of
+from sgl_overlay.wheels import no_wheel_fits, patched_wheel_name, shipped_changes, wheel_for_python, wheel_path_of
 
 KERNEL_DISTS = ("sglang-kernel", "sgl-kernel")
 EXT_DIST = "sgl-kernel-ext"
 EXT_MODULE = "sgl_kernel_ext"
 EXT_FAST_PATH = Version("0.2.0")  # first sgl_kernel_ext with the runner's list entry point
+KERNEL_NAMES = (*KERNEL_DISTS, EXT_DIST)  # every kernel distribution doctor looks for
 
 # Runs inside the inspected interpreter: standard library only.
 _PROBE = r"""
@@ -33,7 +34,7 @@ for name in names:
     dists[name] = {"version": d.version, "root": str(d.locate_file(""))}
 plugins = [[ep.name, ep.value] for ep in md.entry_points(group="sglang.srt.plugins")]
 live = None
-if "--live" in names and any(n in dists for n in ("sgl-kernel-ext",)):
+if "--live" in names and "sgl-kernel-ext" in dists:
     try:
         import torch
         if torch.cuda.is_available():
@@ -56,11 +57,11 @@ class Finding:
     target: str
     what: str
     ok: bool
-    fix: str = ""
+    fix: str  # the command that makes it ok, shown only when it is not
 
 
 def probe(python: str, dists: list[str], live: bool, site: Path | None = None) -> dict:
-    names = [*dists, *KERNEL_DISTS, EXT_DIST] + (["--live"] if live else [])
+    names = [*dists, *KERNEL_NAMES] + (["--live"] if live else [])
     env = {}
     if site is not None:  # an install made with `pip install --target DIR`
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH", "")]))
@@ -75,84 +76,43 @@ def check_python_target(
     name = target.name
     pin = wheel_for_python(target, python)  # the patched twin of the wheel pip picks for this Python
     if pin is None:
-        fix = (
-            f"no patched {name} wheel fits Python {python[0]}.{python[1]} here; the overlay builds them for "
-            f"{', '.join(python_tags(target))}: use one of those Pythons"
-        )
+        fix = f"{no_wheel_fits(target, python)}: use one of those Pythons"
     else:
-        fix = (
-            f"pip install --no-deps --force-reinstall {dist_dir / patched_wheel_name(pin.file, manifest.local_version)}"
-        )
+        patched = dist_dir / patched_wheel_name(pin.file, manifest.local_version)
+        fix = f"pip install --no-deps --force-reinstall {patched}"
     installed = Version(info["version"])
     if installed.base_version != target.version:
-        return [
-            Finding(
-                name,
-                f"installed {installed}, the overlay pins {target.version}: fixes not checked",
-                False,
-                f"pip install {target.requirement} && {fix}" if pin else fix,
-            )
-        ]
+        what = f"installed {installed}, the overlay pins {target.version}: fixes not checked"
+        return [Finding(name, what, False, f"pip install {target.requirement} && {fix}" if pin else fix)]
     final = shipped_changes(series)
     root = Path(info["root"])
     findings = []
     for patch in series.patches:
         files = [rel for p in patch.touched() if (rel := wheel_path_of(target, p)) is not None]
-        missing = []
-        for rel in files:
-            path = root / rel
-            want = final[rel]
-            found = gitutil.hash_bytes(path.read_bytes()) if path.exists() else None
-            if found != want:
-                missing.append(rel)
-        what = f"{patch.subject} ({len(files)} file(s))"
-        findings.append(Finding(name, what, not missing, "" if not missing else fix))
+        ok = all(gitutil.file_blob(root / rel) == final[rel] for rel in files)
+        findings.append(Finding(name, f"{patch.subject} ({len(files)} file(s))", ok, fix))
     return findings
 
 
 def check_kernel(data: dict, dist_dir: Path) -> list[Finding]:
     dists = data["dists"]
-    kernel = next((n for n in KERNEL_DISTS if n in dists), None)
-    if kernel is None and EXT_DIST not in dists:
+    if not any(name in dists for name in KERNEL_NAMES):
         return []
     fix = f"pip install {dist_dir}/sgl_kernel_ext-*.whl"
+    wired = any(ep[1].startswith(EXT_MODULE) for ep in data["plugins"])
     findings = [
-        Finding(
-            "sgl-kernel",
-            f"{EXT_DIST} installed (copy_to_gpu_no_ce for any N <= 512)",
-            EXT_DIST in dists,
-            "" if EXT_DIST in dists else fix,
-        )
+        Finding("sgl-kernel", f"{EXT_DIST} installed (copy_to_gpu_no_ce for any N <= 512)", EXT_DIST in dists, fix),
+        Finding("sgl-kernel", "wired into sglang through a sglang.srt.plugins entry point", wired, fix),
     ]
-    wired = [ep for ep in data["plugins"] if ep[1].startswith(EXT_MODULE)]
-    findings.append(
-        Finding(
-            "sgl-kernel",
-            "wired into sglang through a sglang.srt.plugins entry point",
-            bool(wired),
-            "" if wired else fix,
-        )
-    )
     if EXT_DIST in dists:
-        fast = Version(dists[EXT_DIST]["version"]) >= EXT_FAST_PATH
-        findings.append(
-            Finding(
-                "sgl-kernel",
-                "fast caller path: the DeepGEMM runner's count list read in C++, one launch "
-                "(plugin hooks on copy_list_to_gpu_no_ce / copy_list_to_gpu)",
-                fast,
-                "" if fast else fix,
-            )
+        what = (
+            "fast caller path: the DeepGEMM runner's count list read in C++, one launch "
+            "(plugin hooks on copy_list_to_gpu_no_ce / copy_list_to_gpu)"
         )
+        findings.append(Finding("sgl-kernel", what, Version(dists[EXT_DIST]["version"]) >= EXT_FAST_PATH, fix))
     if data["live"] is not None:
-        findings.append(
-            Finding(
-                "sgl-kernel",
-                "live N=16 copy on the GPU (tensor op and list entry point)",
-                data["live"] is True,
-                "" if data["live"] is True else f"{data['live']}; reinstall: {fix}",
-            )
-        )
+        what = "live N=16 copy on the GPU (tensor op and list entry point)"
+        findings.append(Finding("sgl-kernel", what, data["live"] is True, f"{data['live']}; reinstall: {fix}"))
     return findings
 
 
@@ -168,7 +128,7 @@ def doctor(
         if info is not None:
             lines.append(f"{target.dist_name} {info['version']} at {info['root']}")
             findings += check_python_target(manifest, Series.read(target), info, dist_dir, tuple(data["version"]))
-    for kname in (*KERNEL_DISTS, EXT_DIST):
+    for kname in KERNEL_NAMES:
         if kname in data["dists"]:
             lines.append(f"{kname} {data['dists'][kname]['version']}")
     findings += check_kernel(data, dist_dir)

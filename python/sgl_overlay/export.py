@@ -31,7 +31,8 @@ def export_series(target: Target, tree: Path) -> list[str]:
         lines = []
         for p in made:
             dest = target.patch_dir / p.name
-            changed = not dest.exists() or dest.read_bytes() != p.read_bytes()
-            dest.write_bytes(p.read_bytes())
+            data = p.read_bytes()
+            changed = not dest.exists() or dest.read_bytes() != data
+            dest.write_bytes(data)
             lines.append(f"{'wrote' if changed else 'unchanged'} {dest}")
     return lines

@@ -17,11 +17,8 @@ from sgl_overlay.manifest import Kind, PinnedWheel, Target
 
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def pip_tag_args(wheel_name: str) -> list[str]:
@@ -35,43 +32,19 @@ def pip_tag_args(wheel_name: str) -> list[str]:
     return args
 
 
-def verify_wheel(path: Path, expected: str) -> None:
-    found = sha256_of(path)
-    if found != expected:
-        raise OverlayError(
-            f"sha256 mismatch for {path.name}: expected {expected}, found {found}; "
-            f"delete {path} and run `sgl-overlay fetch` again (or check the pin in patches/manifest.toml)"
-        )
-
-
 def download(requirement: str, tags_like: str, cache: Path) -> Path:
     """pip-download one wheel of `requirement` with the tags of wheel file `tags_like` into `cache`."""
+    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--progress-bar", "off"]
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--disable-pip-version-check",
-            "--progress-bar",
-            "off",
-            "-d",
-            tmp,
-            *pip_tag_args(tags_like),
-            requirement,
-        ]
-        proc = subproc.run(cmd, "pip download", check=False)
+        proc = subproc.run([*pip, "-d", tmp, *pip_tag_args(tags_like), requirement], "pip download", check=False)
         got = list(Path(tmp).glob("*.whl"))
         if proc.returncode != 0 or len(got) != 1:
             raise OverlayError(
                 f"pip could not download {requirement}: {subproc.failure_reason(proc)}; "
                 "check the network, or put the wheel into the cache folder by hand"
             )
-        dest = cache / got[0].name
-        shutil.move(str(got[0]), dest)
-    return dest
+        return Path(shutil.move(got[0], cache / got[0].name))
 
 
 def fetch_wheel(target: Target, cache: Path, offline: bool = False, pin: PinnedWheel | None = None) -> Path:
@@ -79,29 +52,30 @@ def fetch_wheel(target: Target, cache: Path, offline: bool = False, pin: PinnedW
     pin = pin or target.wheels[0]
     cache.mkdir(parents=True, exist_ok=True)
     dest = cache / pin.file
-    if dest.exists():
-        verify_wheel(dest, pin.sha256)
-        print(f"fetch {target.name}: {pin.file} from cache (sha256 ok)", flush=True)
-        return dest
-    if offline:
+    cached = dest.exists()
+    if not cached:
+        if offline:
+            raise OverlayError(
+                f"{pin.file} is not in the cache {cache} and --offline was given; run `sgl-overlay fetch` online once"
+            )
+        print(f"fetch {target.name}: downloading {target.requirement} ({pin.file})", flush=True)
+        got = download(target.requirement, pin.file, cache)
+        if got.name != pin.file:
+            got.unlink()
+            raise OverlayError(
+                f"pip downloaded {got.name} for {target.requirement}, the manifest pins {pin.file}; "
+                "check the pin in patches/manifest.toml"
+            )
+    found = sha256_of(dest)
+    if found != pin.sha256:
+        if not cached:  # a fresh download that fails its pin is not kept
+            dest.unlink()
         raise OverlayError(
-            f"{pin.file} is not in the cache {cache} and --offline was given; run `sgl-overlay fetch` online once"
+            f"sha256 mismatch for {pin.file}: expected {pin.sha256}, found {found}; "
+            f"delete {dest} and run `sgl-overlay fetch` again (or check the pin in patches/manifest.toml)"
         )
-    print(f"fetch {target.name}: downloading {target.requirement} ({pin.file})", flush=True)
-    got = download(target.requirement, pin.file, cache)
-    if got.name != pin.file:
-        got.unlink()
-        raise OverlayError(
-            f"pip downloaded {got.name} for {target.requirement}, the manifest pins {pin.file}; "
-            "check the pin in patches/manifest.toml"
-        )
-    try:
-        verify_wheel(got, pin.sha256)
-    except OverlayError:
-        got.unlink()
-        raise
-    size_mb = dest.stat().st_size / 1e6
-    print(f"fetch {target.name}: {pin.file} {size_mb:.1f} MB, sha256 ok", flush=True)
+    how = "from cache (sha256 ok)" if cached else f"{dest.stat().st_size / 1e6:.1f} MB, sha256 ok"
+    print(f"fetch {target.name}: {pin.file} {how}", flush=True)
     return dest
 
 
@@ -111,8 +85,6 @@ def fetch_wheels(target: Target, cache: Path, offline: bool = False) -> list[Pat
 
 
 def _cached_wheel(cache: Path, dist: str, version: str) -> Path | None:
-    if not cache.is_dir():
-        return None
     found = []
     for p in cache.glob("*.whl"):
         try:
@@ -130,7 +102,7 @@ def fetch_version_wheel(target: Target, version: str, cache: Path, offline: bool
     """The wheel of any released `version` (cache first, else pip with the pinned wheel's tags) and
     its sha256; only the pinned version's sha256 is checked against the manifest."""
     if target.kind == Kind.WHEEL and version == target.version:
-        return fetch_wheel(target, cache, offline), target.sha256
+        return fetch_wheel(target, cache, offline), target.wheels[0].sha256
     dist = target.dist_name
     path = _cached_wheel(cache, dist, version)
     if path is None:

@@ -98,6 +98,11 @@ def hash_bytes(data: bytes, write_to: Path | None = None) -> str:
     return git(write_to, *args, input=data).stdout.decode().strip()
 
 
+def file_blob(path: Path) -> str | None:
+    """The git blob id of the file at `path`, or None when there is no file there."""
+    return hash_bytes(path.read_bytes()) if path.is_file() else None
+
+
 def cat_blob(repo: Path, rev: str, path: str) -> bytes | None:
     """The bytes of `path` at `rev`, or None when it is not there."""
     proc = git(repo, "cat-file", "blob", f"{rev}:{path}", check=False, input=b"")

@@ -86,10 +86,6 @@ class Target:
         """The wheel `fetch` lays the tree out from (the others carry the same pure-Python files)."""
         return self.wheels[0].file if self.wheels else ""
 
-    @property
-    def sha256(self) -> str:
-        return self.wheels[0].sha256 if self.wheels else ""
-
     def patch_paths(self) -> list[Path]:
         return [self.patch_dir / p for p in self.patches]
 
@@ -115,11 +111,9 @@ class Manifest:
     local_version: str = "overlay.1"  # PEP 440 local label of patched wheels
 
     def get(self, name: str) -> Target:
-        try:
-            return self.targets[name]
-        except KeyError:
-            known = ", ".join(sorted(self.targets))
-            raise OverlayError(f"unknown target {name!r}; known targets: {known}") from None
+        if name not in self.targets:
+            raise OverlayError(f"unknown target {name!r}; known targets: {', '.join(sorted(self.targets))}")
+        return self.targets[name]
 
     def select(self, names: list[str] | None) -> list[Target]:
         return [self.get(n) for n in names] if names else list(self.targets.values())
@@ -127,22 +121,14 @@ class Manifest:
 
 def default_patches_dir() -> Path:
     """`--patches`, then $SGL_OVERLAY_PATCHES, then the source checkout this package sits in."""
-    env = os.environ.get("SGL_OVERLAY_PATCHES")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2] / "patches"
+    return Path(os.environ.get("SGL_OVERLAY_PATCHES") or Path(__file__).resolve().parents[2] / "patches")
 
 
 def _pinned_wheels(where: str, raw: dict, kind: Kind) -> tuple[PinnedWheel, ...]:
     """`wheel` + `sha256` (one file), or `wheels = [{ file, sha256 }, ...]` (one per Python tag)."""
     if "wheel" in raw and "wheels" in raw:
         raise OverlayError(f"{where} has both `wheel` and `wheels`; keep one (see docs/DESIGN.md)")
-    if "wheels" in raw:
-        entries = raw["wheels"]
-    elif "wheel" in raw:
-        entries = [{"file": raw["wheel"], "sha256": raw.get("sha256", "")}]
-    else:
-        entries = []
+    entries = [{"file": raw["wheel"], "sha256": raw.get("sha256", "")}] if "wheel" in raw else raw.get("wheels", [])
     pins = []
     for entry in entries:
         try:
@@ -171,9 +157,7 @@ def _matrix_spec(where: str, raw: dict, kind: Kind, patches: tuple[str, ...]) ->
     variants = []
     for i, v in enumerate(raw.get("variants", [])):
         try:
-            variant = Variant(
-                patch=v["patch"], file=v["file"], versions=tuple(map(str, v["versions"])), reason=v.get("reason", "")
-            )
+            variant = Variant(v["patch"], v["file"], tuple(map(str, v["versions"])), v.get("reason", ""))
         except KeyError as exc:
             raise OverlayError(f"{where}: variant #{i + 1} lacks key {exc} (needs patch, file, versions)") from None
         if variant.patch not in patches:
@@ -195,12 +179,10 @@ def _matrix_spec(where: str, raw: dict, kind: Kind, patches: tuple[str, ...]) ->
 
 def _target(path: Path, patches_dir: Path, name: str, raw: dict) -> Target:
     where = f"{path}: target {name!r}"
-    try:
-        kind = Kind(raw["kind"])
-    except ValueError:
-        raise OverlayError(
-            f"{where} has unknown kind {raw['kind']!r}; use one of {', '.join(k.value for k in Kind)}"
-        ) from None
+    kinds = [k.value for k in Kind]
+    if raw["kind"] not in kinds:
+        raise OverlayError(f"{where} has unknown kind {raw['kind']!r}; use one of {', '.join(kinds)}")
+    kind = Kind(raw["kind"])
     patches = tuple(raw.get("patches", []))
     return Target(
         name=name,
@@ -224,12 +206,10 @@ def _target(path: Path, patches_dir: Path, name: str, raw: dict) -> Target:
 def load_manifest(patches_dir: Path | None = None) -> Manifest:
     patches_dir = (patches_dir or default_patches_dir()).resolve()
     path = patches_dir / MANIFEST_NAME
+    if not path.is_file():
+        raise OverlayError(f"no manifest at {path}; pass --patches DIR pointing at the overlay's patches/ folder")
     try:
         data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise OverlayError(
-            f"no manifest at {path}; pass --patches DIR pointing at the overlay's patches/ folder"
-        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise OverlayError(f"{path} is not valid TOML ({exc}); restore it with `git checkout -- {path}`") from None
     if "schema" not in data:

@@ -23,17 +23,14 @@ def _extract_wheel(wheel: Path, target: Target, dest: Path) -> int:
     count = 0
     with WheelFile(wheel) as wf:
         for info in wf.infolist():
-            if info.is_dir():
-                continue
             top, _, rest = info.filename.partition("/")
-            if top not in target.layout:
+            if info.is_dir() or top not in target.layout:
                 continue
             out = dest / target.layout[top] / rest
             out.parent.mkdir(parents=True, exist_ok=True)
             with wf.open(info) as src, out.open("wb") as dst:
                 shutil.copyfileobj(src, dst)
-            mode = (info.external_attr >> 16) & 0o777
-            if mode & stat.S_IXUSR:
+            if (info.external_attr >> 16) & stat.S_IXUSR:  # the zip entry's Unix mode
                 out.chmod(0o755)
             count += 1
     return count
@@ -72,31 +69,21 @@ class PreimageMismatch:
 def check_preimages(repo: Path, rev: str, target: Target, where: Callable[[str], str] = str) -> list[PreimageMismatch]:
     """Each pinned file whose blob at `rev` (a commit or tree) differs from the manifest (or is
     missing). `where` maps a pinned path to its place in `repo` (a moved folder)."""
-    problems = []
-    for path, expected in target.preimages.items():
-        found = gitutil.blob_at(repo, rev, where(path))
-        if found != expected:
-            problems.append(PreimageMismatch(where(path), expected, found))
-    return problems
+    found = {path: gitutil.blob_at(repo, rev, where(path)) for path in target.preimages}
+    return [PreimageMismatch(where(p), want, found[p]) for p, want in target.preimages.items() if found[p] != want]
 
 
 def is_ready(dest: Path, target: Target) -> bool:
-    if not (dest / ".git").exists():
-        return False
     return (
-        gitutil.config_get(dest, "sgl-overlay.target") == target.name
+        (dest / ".git").exists()
+        and gitutil.config_get(dest, "sgl-overlay.target") == target.name
         and gitutil.config_get(dest, "sgl-overlay.version") == target.version
         and gitutil.git(dest, "rev-parse", "--verify", "--quiet", BASE_TAG, check=False).returncode == 0
     )
 
 
 def lay_out(
-    target: Target,
-    dest: Path,
-    wheel: Path | None = None,
-    series: Series | None = None,
-    force: bool = False,
-    check_pins: bool = True,
+    target: Target, dest: Path, wheel: Path | None, series: Series | None, force: bool = False, check_pins: bool = True
 ) -> str:
     """Create `dest` as a git tree of the pinned target (idempotent) from its `wheel`, or for a
     patch-context target from its `series`. Returns a status line. `check_pins=False` (the

@@ -35,18 +35,15 @@ def patched_wheel_name(wheel_file: str, local_version: str) -> str:
     name, version, build, wheel_tags = parse_wheel_filename(wheel_file)
     labelled = Version(f"{version.public}+{local_version}")
     build_tag = f"-{build[0]}{build[1]}" if build else ""
-    tagline = "-".join(
-        ".".join(sorted({getattr(t, part) for t in wheel_tags})) for part in ("interpreter", "abi", "platform")
-    )
+    parts = ("interpreter", "abi", "platform")
+    tagline = "-".join(".".join(sorted({getattr(t, part) for t in wheel_tags})) for part in parts)
     return f"{name.replace('-', '_')}-{labelled}{build_tag}-{tagline}.whl"
 
 
 def wheel_for_python(target: Target, python: tuple[int, int]) -> PinnedWheel | None:
     """The pinned wheel pip would pick for CPython `python` on this platform (None: no wheel fits)."""
     ranked = [*tags.cpython_tags(python), *tags.compatible_tags(python, interpreter=f"cp{python[0]}{python[1]}")]
-    rank: dict[tags.Tag, int] = {}
-    for i, tag in enumerate(ranked):
-        rank.setdefault(tag, i)
+    rank = {tag: i for i, tag in enumerate(dict.fromkeys(ranked))}  # pip's preference order, without repeats
     fitting = [
         (min(rank[t] for t in wheel_tags if t in rank), pin)
         for pin in target.wheels
@@ -60,6 +57,12 @@ def python_tags(target: Target) -> list[str]:
     return sorted({t.interpreter for pin in target.wheels for t in parse_wheel_filename(pin.file)[3]})
 
 
+def no_wheel_fits(target: Target, python: tuple[int, int]) -> str:
+    """Why no wheel of `target` can serve CPython `python` (for `wheels --print-names` and `doctor`)."""
+    covered = ", ".join(python_tags(target))
+    return f"no pinned {target.name} wheel fits Python {python[0]}.{python[1]}; the pins cover {covered}"
+
+
 def print_names(
     targets: list[Target], cache: Path, out_dir: Path, local_version: str, python: tuple[int, int] | None = None
 ) -> list[str]:
@@ -69,15 +72,9 @@ def print_names(
     for target in targets:
         if target.kind != Kind.WHEEL:
             continue
-        pins = target.wheels
-        if python is not None:
-            pin = wheel_for_python(target, python)
-            if pin is None:
-                raise OverlayError(
-                    f"no pinned {target.name} wheel fits Python {python[0]}.{python[1]}; "
-                    f"the pins cover {', '.join(python_tags(target))}"
-                )
-            pins = (pin,)
+        pins = target.wheels if python is None else (wheel_for_python(target, python),)
+        if None in pins:
+            raise OverlayError(no_wheel_fits(target, python))
         for pin in pins:
             tag = "-".join(sorted({t.interpreter for t in parse_wheel_filename(pin.file)[3]}))
             patched = out_dir / patched_wheel_name(pin.file, local_version)
@@ -85,26 +82,23 @@ def print_names(
     return lines
 
 
+def _shipped(series: Series) -> list[tuple[str, str, str | None]]:
+    """(checkout path, wheel path, final blob id) of each file the series changes inside the package."""
+    changed = series.final_blobs().items()
+    return [(path, rel, blob) for path, blob in changed if (rel := wheel_path_of(series.target, path)) is not None]
+
+
 def shipped_changes(series: Series) -> dict[str, str | None]:
-    """Wheel path -> final blob id, for each file the series changes inside the wheel."""
-    result = {}
-    for path, blob in series.final_blobs().items():
-        rel = wheel_path_of(series.target, path)
-        if rel is not None:
-            result[rel] = blob
-    return result
+    """Wheel path -> final blob id (None: deleted), for each file the series changes inside the wheel."""
+    return {rel: blob for _, rel, blob in _shipped(series)}
 
 
 def _check_stock(series: Series, unpacked: Path, wheel_name: str) -> None:
     """Every file the series touches holds its pinned pre-image in this wheel (or is absent where
     a patch adds it), so the tree's post-images are valid for it too."""
-    target = series.target
-    for path in series.final_blobs():
-        rel = wheel_path_of(target, path)
-        if rel is None:
-            continue
-        want = target.preimages.get(path)
-        found = gitutil.hash_bytes((unpacked / rel).read_bytes()) if (unpacked / rel).is_file() else None
+    for path, rel, _ in _shipped(series):
+        want = series.target.preimages.get(path)
+        found = gitutil.file_blob(unpacked / rel)
         if found != want:
             expected = f"blob {want}" if want else "absent (the series adds it)"
             raise OverlayError(
@@ -122,19 +116,15 @@ def build_patched_wheel(series: Series, wheel: Path, tree: Path, out_dir: Path, 
     from the target's first wheel; any pinned wheel whose touched files hold the same pinned
     pre-images gets the same post-image blobs.
     """
-    target = series.target
     problems = verify_tree(tree, series)
     if problems:
         raise OverlayError(f"{problems[0]}; run `make trees` (fetch, apply, verify) first")
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        subproc.run([sys.executable, "-m", "wheel", "unpack", "-d", tmp, str(wheel)], f"unpacking {wheel.name}")
+        subproc.run([sys.executable, "-m", "wheel", "unpack", "-d", tmp, wheel], f"unpacking {wheel.name}")
         (unpacked,) = [p for p in Path(tmp).iterdir() if p.is_dir()]
         _check_stock(series, unpacked, wheel.name)
-        for path, blob in series.final_blobs().items():
-            rel = wheel_path_of(target, path)
-            if rel is None:
-                continue  # tests and tooling the patches add outside the package
+        for path, rel, blob in _shipped(series):
             dest = unpacked / rel
             if blob is None:
                 dest.unlink(missing_ok=True)
@@ -146,21 +136,8 @@ def build_patched_wheel(series: Series, wheel: Path, tree: Path, out_dir: Path, 
             dest.write_bytes(data)
         # Zip timestamps from the tree's last commit (patch dates): the same pins give the same bytes.
         epoch = os.environ.get("SOURCE_DATE_EPOCH") or gitutil.out(tree, "log", "-1", "--format=%at", "HEAD")
-        subproc.run(
-            [
-                sys.executable,
-                "-m",
-                "wheel",
-                "pack",
-                "-d",
-                str(out_dir),
-                "--local-version",
-                local_version,
-                str(unpacked),
-            ],
-            f"packing the patched {wheel.name}",
-            env={"SOURCE_DATE_EPOCH": epoch},
-        )
+        pack = [sys.executable, "-m", "wheel", "pack", "-d", out_dir, "--local-version", local_version, unpacked]
+        subproc.run(pack, f"packing the patched {wheel.name}", env={"SOURCE_DATE_EPOCH": epoch})
     made = out_dir / patched_wheel_name(wheel.name, local_version)
     if not made.is_file():
         raise OverlayError(f"`wheel pack` did not write {made}; is the wheel package >= 0.46 installed?")
@@ -170,22 +147,19 @@ def build_patched_wheel(series: Series, wheel: Path, tree: Path, out_dir: Path, 
 def build_from_checkout(co: Checkout, out_dir: Path) -> Path:
     """Upstream's own build of python/ in a checkout whose overlay series is fully in."""
     checkout = co.path
-    for target in co.targets:
-        if not target.layout:
-            continue
-        pending = [r for r in series_status(checkout, co.series[target.name]) if r.state not in IN]
-        if pending:
-            raise OverlayError(
-                f"{pending[0].patch.label} is {pending[0].state.value} in {checkout}; "
-                f"run `sgl-overlay apply --checkout {checkout}` first"
-            )
+    source = checkout / "python"
+    statuses = (r for t in co.targets if t.layout for r in series_status(checkout, co.series[t.name]))
+    pending = next((r for r in statuses if r.state not in IN), None)
+    if pending is not None:
+        raise OverlayError(
+            f"{pending.patch.label} is {pending.state.value} in {checkout}; "
+            f"run `sgl-overlay apply --checkout {checkout}` first"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     before = set(out_dir.glob("*.whl"))
-    subproc.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out_dir), str(checkout / "python")],
-        f"building {checkout / 'python'} with upstream's build",
-    )
+    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", out_dir, source]
+    subproc.run(build, f"building {source} with upstream's build")
     made = sorted(set(out_dir.glob("*.whl")) - before)
     if not made:
-        raise OverlayError(f"pip wheel produced no wheel from {checkout / 'python'}")
+        raise OverlayError(f"pip wheel produced no wheel from {source}")
     return made[0]
