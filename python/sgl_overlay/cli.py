@@ -257,7 +257,7 @@ def _add_commands(commands: argparse._SubParsersAction) -> None:
     )
 
     p = _add(commands, cmd_doctor, targets=False)
-    p.add_argument("--python", default=doctor.default_python(), help="interpreter of the environment to inspect")
+    p.add_argument("--python", default=sys.executable, help="interpreter of the environment to inspect")
     p.add_argument("--dist", type=Path, help="where the patched wheels are (default: <repo>/dist)")
     p.add_argument(
         "--site", type=Path, help="also look in this folder (an install made with `pip install --target DIR`)"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,7 +138,3 @@ def doctor(
         if not f.ok:
             lines.append(f"      fix: {f.fix}")
     return lines, all(f.ok for f in findings)
-
-
-def default_python() -> str:
-    return sys.executable
