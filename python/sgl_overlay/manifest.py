@@ -184,6 +184,8 @@ def _target(path: Path, patches_dir: Path, name: str, raw: dict) -> Target:
         raise OverlayError(f"{where} has unknown kind {raw['kind']!r}; use one of {', '.join(kinds)}")
     kind = Kind(raw["kind"])
     patches = tuple(raw.get("patches", []))
+    if twice := next((p for p in patches if patches.count(p) > 1), None):
+        raise OverlayError(f"{where} lists patch {twice} twice; a series applies each patch once")
     return Target(
         name=name,
         kind=kind,

@@ -219,6 +219,10 @@ BAD_MANIFESTS = {
         lambda t: t.replace('kind = "wheel"', 'kind = "sdist"'),
         r"target 'sglang' has unknown kind 'sdist'; use one of wheel, patch-context",
     ),
+    "patch listed twice": (
+        lambda t: re.sub(r'patches = \[("[^"]+")', r"patches = [\1, \1", t),
+        r"target 'sglang' lists patch 0001-[\w-]+\.patch twice; a series applies each patch once",
+    ),
     "no schema": (
         lambda t: t.replace("schema = 1\n", ""),
         r"manifest\.toml lacks `schema = 1`; add that line at its top",
