@@ -122,7 +122,10 @@ def detect(path: Path, manifest: Manifest, only: list[str] | None = None) -> Che
     and component targets by marker file. `only` limits to those names, all required."""
     repo = gitutil.toplevel(path)
     marked = gitutil.config_get(repo, "sgl-overlay.target")
-    found, optional, placements = ([manifest.get(marked)], {}, {}) if marked else _found(repo, manifest)
+    if marked:  # a tree `sgl-overlay fetch` laid out: exactly its own target
+        found, optional, placements = [manifest.get(marked)], {}, {}
+    else:
+        found, optional, placements = _found(repo, manifest)
     if only:
         wanted = [manifest.get(n) for n in only]
         missing = [t.name for t in wanted if t not in found]

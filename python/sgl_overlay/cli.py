@@ -42,7 +42,8 @@ class Context:
 def cmd_fetch(args: argparse.Namespace, ctx: Context) -> int:
     """Download the pinned wheels and lay each target out as a git tree.
 
-    Wheels are cached and sha256-checked; build/trees/<target> gets one commit, tagged `upstream`."""
+    Wheels are cached and sha256-checked; build/trees/<target> gets one commit, tagged `upstream`. sgl-kernel's
+    pre-images come from its full-context patch, with no network."""
     for target in ctx.manifest.select(args.target):
         if target.kind == Kind.WHEEL:
             wheel, series = fetch.fetch_wheels(target, ctx.cache, args.offline)[0], None
@@ -80,7 +81,8 @@ def cmd_check(args: argparse.Namespace, ctx: Context) -> int:
 def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     """List each patch's state in a checkout (exit 1 if a required one cannot go in).
 
-    States are read from the files, uncommitted working files included; the tree is not touched."""
+    Each patch is applied, applicable, applicable (3-way), conflicting, already upstream or target file absent,
+    read from the files (uncommitted working files included); the tree is not touched."""
     return _print_each(operations.status(co) for co in ctx.checkouts(args))
 
 
@@ -152,7 +154,8 @@ def cmd_doctor(args: argparse.Namespace, ctx: Context) -> int:
 def cmd_matrix(args: argparse.Namespace, ctx: Context) -> int:
     """Which released versions each patch applies to, and its tests there.
 
-    Writes compat-matrix.md and .json; conflicts and failing tests are results, only tool errors exit 1."""
+    Writes compat-matrix.md and .json; conflicts and failing tests are results, only tool errors exit non-zero.
+    docs/DESIGN.md explains the method."""
     build = ctx.trees.parent / "matrix"
     opts = matrix.Options(ctx.root, ctx.cache, build, run_tests=not args.no_tests, offline=args.offline)
     versions = matrix.parse_versions(args.versions, args.target)
@@ -290,3 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("sgl-overlay: interrupted", file=sys.stderr)
         return operations.Interrupted.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -56,7 +56,7 @@ class Finding:
     target: str
     what: str
     ok: bool
-    fix: str  # the command that makes it ok, shown only when it is not
+    fix: str  # what makes it ok (a command, or why none exists), shown only when it is not
 
 
 def probe(python: str, dists: list[str], live: bool, site: Path | None = None) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -184,8 +185,9 @@ def _target(path: Path, patches_dir: Path, name: str, raw: dict) -> Target:
         raise OverlayError(f"{where} has unknown kind {raw['kind']!r}; use one of {', '.join(kinds)}")
     kind = Kind(raw["kind"])
     patches = tuple(raw.get("patches", []))
-    if twice := next((p for p in patches if patches.count(p) > 1), None):
-        raise OverlayError(f"{where} lists patch {twice} twice; a series applies each patch once")
+    twice = [p for p, n in Counter(patches).items() if n > 1]
+    if twice:
+        raise OverlayError(f"{where} lists patch {twice[0]} twice; a series applies each patch once")
     return Target(
         name=name,
         kind=kind,

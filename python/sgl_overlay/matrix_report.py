@@ -13,7 +13,8 @@ SCHEMA = 1  # of compat-matrix.json
 
 def _json_fields(items: list[tuple[str, object]]) -> dict:
     """The JSON of a run is its dataclasses as dicts, without a version's `error` when it has none
-    and a cell's `tests` when there are none (None)."""
+    and a cell's `tests` when there are none (None): VersionRun.error and Cell.tests are the only
+    fields of a run with these names."""
     return {k: v for k, v in items if v or k not in ("error", "tests")}
 
 
@@ -96,8 +97,10 @@ def _target_md(name: str, t: dict) -> list[str]:
     if t["source"] == "registry":
         out += ["| version | wheel | sha256 |", "|---|---|---|"]
         for v in versions:  # a version that failed: the error in the wheel column, no sha256
-            wheel = f"error: {_md_escape(v['error'])} |" if v.get("error") else f"`{v['wheel']}` | `{v['sha256']}`"
-            out.append(f"| {v['version']} | {wheel} |")
+            if v.get("error"):
+                out.append(f"| {v['version']} | error: {_md_escape(v['error'])} | |")
+            else:
+                out.append(f"| {v['version']} | `{v['wheel']}` | `{v['sha256']}` |")
         out.append("")
     return out
 

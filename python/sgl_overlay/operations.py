@@ -93,13 +93,17 @@ def status(co: Checkout) -> tuple[list[str], bool]:
     """Each patch's state, read from the working files; False when a required one cannot go in."""
     sv = survey(co, working_files=True)
     lines = []
-    if sv.content.uncommitted:
-        touched = {co.placement(t.name).path(p) for t in co.targets for r in sv.rows[t.name] for p in r.patch.touched()}
-        ours = [p for p in sv.content.uncommitted if p in touched]
+    uncommitted = sv.content.uncommitted
+    if uncommitted:
+        touched = set()  # where the patches' files are in this checkout
+        for t in co.targets:
+            touched.update(co.placement(t.name).path(p) for p in co.series[t.name].final_blobs())
+        ours = [p for p in uncommitted if p in touched]
+        first = (ours or uncommitted)[0]
         lines.append(
-            f"note: {len(sv.content.uncommitted)} file(s) have uncommitted changes ({len(ours)} touched by the "
-            f"patches; first: {(ours or sv.content.uncommitted)[0]}): the states below read the working files, "
-            "not HEAD; apply and revert refuse until they are committed or stashed"
+            f"note: {len(uncommitted)} file(s) have uncommitted changes ({len(ours)} touched by the patches; "
+            f"first: {first}): the states below read the working files, not HEAD; apply and revert refuse until "
+            "they are committed or stashed"
         )
     lines += [f"warning: {w}" for w in preimage_warnings(co, sv)]
     ok = True

@@ -42,7 +42,7 @@ class Patch:
         return [c.path for c in self.changes]
 
     def not_at_preimage(self, blob_of: Callable[[str], str | None]) -> list[tuple[FileChange, str | None]]:
-        """The files this patch modifies (paths as the patch names them) whose blob, `blob_of(path)`, is not
+        """The files this patch modifies or deletes (paths as the patch names them) whose blob, `blob_of(path)`, is not
         the patch's `index` pre-image, each with that blob (None: the file is absent)."""
         found = [(c, blob_of(c.path)) for c in self.changes if c.old_blob]
         return [(c, blob) for c, blob in found if blob is None or not blob.startswith(c.old_blob)]
@@ -53,6 +53,11 @@ def _subject(raw: bytes) -> str:
     proc = gitutil.git(None, "mailinfo", "-b", "/dev/null", "/dev/null", input=raw, check=False)
     lines = proc.stdout.decode(errors="replace").splitlines()
     return next((line.removeprefix("Subject: ").strip() for line in lines if line.startswith("Subject: ")), "")
+
+
+def _blob_or_none(blob: str) -> str | None:
+    """An `index` line's blob id; None for the all-zero id of a file the patch adds or deletes."""
+    return blob if blob.strip("0") else None
 
 
 def _corrupt(path: Path, why: object) -> OverlayError:
@@ -82,11 +87,12 @@ def read_patch(path: Path) -> Patch:
     for pf in patchset:
         if len(pf) == 0 and not (pf.is_rename or pf.is_binary_file or pf.is_added_file or pf.is_removed_file):
             raise _corrupt(path, f"no readable hunk for {pf.path}")
-        blobs = [m.groups() for line in str(pf.patch_info).splitlines() if (m := _INDEX.match(line))]
+        index = [_INDEX.match(line) for line in str(pf.patch_info).splitlines()]
+        blobs = [m.groups() for m in index if m]
         if not blobs:
             raise OverlayError(f"corrupt patch file {path}: {pf.path} has no `index` line")
-        old, new = (blob if blob.strip("0") else None for blob in blobs[-1])  # all zeros: added / deleted
-        changes.append(FileChange(pf.path, old, new))
+        old, new = blobs[-1]
+        changes.append(FileChange(pf.path, _blob_or_none(old), _blob_or_none(new)))
     return Patch(path=path, subject=subject, changes=tuple(changes), patchset=patchset)
 
 

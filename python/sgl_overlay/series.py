@@ -91,7 +91,11 @@ class ScratchIndex:
         self.dir = tempfile.mkdtemp(prefix="sgl-overlay-index-")  # the index, its .lock and .saved copy
         self.path = os.path.join(self.dir, "index")
         self.env = {"GIT_INDEX_FILE": self.path}
-        gitutil.git(repo, "read-tree", *([base] if base else ["--empty"]), env=self.env)
+        try:
+            gitutil.git(repo, "read-tree", *([base] if base else ["--empty"]), env=self.env)
+        except BaseException:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
 
     def __enter__(self) -> ScratchIndex:
         return self
@@ -195,8 +199,8 @@ def _classify(repo: Path, scratch: ScratchIndex, patch: Patch, placement: Placem
     narrowed = scratch.apply(reverse, "--check") if reverse != patch.path else exact
     where = _first_error(narrowed)
     if not narrowed.returncode:
-        paths = ", ".join(placement.path(c.path) for c, _ in differ)
-        where = f"{paths}: not the patch's pre-image, but only away from its changes"
+        where = ", ".join(placement.path(c.path) for c, _ in differ)
+        where += ": not the patch's pre-image, but only away from its changes"
     scratch.save()
     paths = [placement.path(p) for p in patch.touched()]
     before = [scratch.blob(p) for p in paths]

@@ -72,9 +72,12 @@ def print_names(
     for target in targets:
         if target.kind != Kind.WHEEL:
             continue
-        pins = target.wheels if python is None else (wheel_for_python(target, python),)
-        if None in pins:
-            raise OverlayError(no_wheel_fits(target, python))
+        pins = target.wheels
+        if python is not None:
+            pin = wheel_for_python(target, python)
+            if pin is None:
+                raise OverlayError(no_wheel_fits(target, python))
+            pins = (pin,)
         for pin in pins:
             tag = "-".join(sorted({t.interpreter for t in parse_wheel_filename(pin.file)[3]}))
             patched = out_dir / patched_wheel_name(pin.file, local_version)
