@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from sgl_overlay.errors import OverlayError
+from sgl_overlay.series import ScratchIndex
 from synth import MODEL_PY, cli, clone, edit_line, git, make_overlay, make_upstream, make_wheel, snapshot, write
 
 
@@ -258,3 +261,14 @@ def test_ctrl_c_rolls_back(tmp_path: Path, when: str) -> None:
     ], err
     assert not (co / ".git" / "rebase-apply").exists()
     assert snapshot(co) == before
+
+
+def test_scratch_index_that_cannot_be_read_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failing `git read-tree` (a bad base) raises the one-line error and removes its temp folder."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    co = _checkout(tmp_path, make_overlay(tmp_path))
+    with pytest.raises(OverlayError, match=r"git read-tree deadbeef in .* failed: fatal: Not a valid object name"):
+        ScratchIndex(co, "deadbeef")
+    assert not list(temp.iterdir())

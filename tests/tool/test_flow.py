@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from synth import (
     HOOK_PY,
@@ -148,3 +152,11 @@ def test_full_context_target_rebuilt_without_network(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert "hashes to" in proc.stderr and "the patch was edited by hand" in proc.stderr
     assert snapshot(tmp_path / "trees2") == before
+
+
+@pytest.mark.parametrize("module", ["sgl_overlay", "sgl_overlay.cli"])
+def test_python_m_runs_the_command_line(module: str) -> None:
+    from sgl_overlay import __version__
+
+    proc = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True, text=True)
+    assert (proc.returncode, proc.stdout.strip()) == (0, f"sgl-overlay {__version__}"), proc.stderr
