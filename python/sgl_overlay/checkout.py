@@ -40,7 +40,7 @@ MOVES = (
     Placement(
         "sgl-kernel/",
         "python/sglang/kernels/aot/",
-        "sgl-project/sglang moved sgl-kernel/ to python/sglang/kernels/aot/ (PR #32648)",
+        "sgl-project/sglang moved sgl-kernel/ to python/sglang/kernels/aot/ (2026-07-29)",
     ),
 )
 

@@ -138,9 +138,9 @@ class Series:
         """Each touched file's blob id after the whole series (None: deleted)."""
         return {c.path: c.new_blob for patch in self.patches for c in patch.changes}
 
-    def preimage(self, path: str) -> bytes:
-        """A pinned file's pre-image, rebuilt from the first full-context patch touching it."""
+    def source_of(self, path: str) -> Patch:
+        """The first patch touching a pinned file: a full-context one carries its pre-image."""
         source = next((p for p in self.patches if path in p.touched()), None)
         if source is None:
             raise OverlayError(f"no patch of {self.target.name} touches {path}; fix patches/manifest.toml")
-        return preimage_from_full_context(source, path)
+        return source

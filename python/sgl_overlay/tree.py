@@ -13,7 +13,7 @@ from wheel.wheelfile import WheelFile
 from sgl_overlay import gitutil
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.manifest import Kind, Target
-from sgl_overlay.patchfile import Series
+from sgl_overlay.patchfile import Series, preimage_from_full_context
 
 BASE_TAG = "upstream"
 
@@ -40,10 +40,10 @@ def _rebuild_from_patches(series: Series, dest: Path) -> int:
     """Write each pinned file's pre-image, taken from the first full-context patch touching it."""
     target = series.target
     for path, blob in target.preimages.items():
-        data = series.preimage(path)
+        source = series.source_of(path)
+        data = preimage_from_full_context(source, path)
         found = gitutil.hash_bytes(data)
         if found != blob:
-            source = next(p for p in series.patches if path in p.touched())
             raise OverlayError(
                 f"pre-image of {path} rebuilt from {source.label} hashes to {found}, "
                 f"manifest pins {blob}; the patch was edited by hand: re-export it from the tree"

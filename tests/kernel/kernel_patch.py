@@ -24,6 +24,7 @@ REVS = {"old": "upstream", "new": "HEAD"}
 
 if str(REPO_ROOT / "python") not in sys.path:
     sys.path.append(str(REPO_ROOT / "python"))
+from sgl_overlay.gitutil import file_blob  # noqa: E402,F401 (the suites use kp.file_blob)
 from sgl_overlay.manifest import load_manifest  # noqa: E402
 
 TARGET = load_manifest(REPO_ROOT / "patches").get(TARGET_NAME)
@@ -52,10 +53,6 @@ def tree_blob(side: str, path: str) -> str:
 def touched_files() -> set[str]:
     """The files the series changes: the tree's diff from pre-image to post-image."""
     return set(_git("diff", "--name-only", "-z", REVS["old"], REVS["new"]).decode().split("\0")) - {""}
-
-
-def file_blob(path: Path) -> str:
-    return subprocess.run(["git", "hash-object", str(path)], capture_output=True, text=True, check=True).stdout.strip()
 
 
 def write_tree(dest: Path, side: str) -> Path:

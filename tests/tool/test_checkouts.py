@@ -172,7 +172,7 @@ def test_moved_kernel_folder_same_blob_applies_with_paths_mapped(tmp_path: Path)
     base = ["--patches", str(ov.patches)]
     out = _run(*base, "apply", "--checkout", str(co))
     assert _kernel_lines(out) == [
-        "sgl-kernel: not applied (sgl-project/sglang moved sgl-kernel/ to python/sglang/kernels/aot/ (PR #32648); "
+        "sgl-kernel: not applied (sgl-project/sglang moved sgl-kernel/ to python/sglang/kernels/aot/ (2026-07-29); "
         f"its patches map there); its patch applies here: add it with `sgl-overlay apply -t sgl-kernel --checkout {co}`"
     ]
     out = _run(*base, "apply", "-t", "sgl-kernel", "--checkout", str(co))
@@ -283,7 +283,7 @@ def test_squash_merge_upstream_is_already_upstream_for_apply_too(tmp_path: Path)
     co = clone(ov.upstream, tmp_path / "co")
     for patch in ov.series:  # upstream merged the same diff as one commit under its own subject
         git(co, "apply", "--index", str(patch))
-    git(co, "commit", "-qm", "Fix model and hook (#1234)")
+    git(co, "commit", "-qm", "Fix model and hook, squashed")
     base = ["--patches", str(ov.patches)]
     assert _states(_run(*base, "status", "--checkout", str(co))) == ["already upstream", "already upstream"]
     before = snapshot(co)
