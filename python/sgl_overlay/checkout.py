@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,13 +155,22 @@ def ensure_writable(co: Checkout) -> None:
     """Refuse a tree with a half-finished git operation or uncommitted changes."""
     busy = gitutil.operation_in_progress(co.path)
     if busy:
-        raise OverlayError(
-            f"{co.path} has {busy} in progress (half-applied series?); finish it or run "
-            "`git am --abort` / `git rebase --abort` there, then try again"
-        )
+        what, ends = busy
+        raise OverlayError(f"{co.path} has {what}; finish it or run {ends} there, then try again")
     dirty = gitutil.changed_files(co.path)
     if dirty:
         raise OverlayError(
             f"{co.path} has uncommitted changes in {len(dirty)} file(s) (first: {dirty[0]}); "
             "commit or stash them, then try again"
         )
+
+
+def ensure_hooks_run(co: Checkout) -> None:
+    """Refuse a user's checkout whose commit-msg hook the overlay's `git am` commits would bypass."""
+    if not co.embedded:
+        hook = gitutil.git_path(co.path, "hooks/commit-msg")
+        if hook.is_file() and os.access(hook, os.X_OK):
+            raise OverlayError(
+                f"{co.path} has a commit-msg hook ({hook}) that `git am` does not run: the overlay's commits "
+                f"would bypass it; to accept that, `chmod -x {hook}` for this apply and `chmod +x` it after"
+            )

@@ -4,17 +4,35 @@ Exit codes: 0 ok, 1 failure, 2 usage, 130 interrupted."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
-from sgl_overlay import __version__, doctor, export, fetch, matrix, matrix_report, operations, tree, wheels
-from sgl_overlay.checkout import Checkout, detect
-from sgl_overlay.errors import OverlayError, UsageError
-from sgl_overlay.manifest import Kind, Manifest, load_manifest
-from sgl_overlay.patchfile import Series
-from sgl_overlay.verify import verify_tree
+try:  # Ctrl-C while the modules load is one line too
+    from collections.abc import Callable, Iterator
+    from dataclasses import dataclass
+    from pathlib import Path
+
+    from sgl_overlay import (
+        __version__,
+        doctor,
+        export,
+        fetch,
+        matrix,
+        matrix_report,
+        operations,
+        scratch,
+        transaction,
+        tree,
+        wheels,
+    )
+    from sgl_overlay.checkout import Checkout, detect
+    from sgl_overlay.errors import Interrupted, OverlayError, UsageError
+    from sgl_overlay.manifest import Kind, Manifest, load_manifest
+    from sgl_overlay.patchfile import Series
+    from sgl_overlay.verify import verify_tree
+except KeyboardInterrupt:
+    print("sgl-overlay: interrupted while starting; nothing was changed", file=sys.stderr)
+    raise SystemExit(130) from None
 
 
 @dataclass(frozen=True)
@@ -57,7 +75,12 @@ def cmd_apply(args: argparse.Namespace, ctx: Context) -> int:
     """Apply the patch series, all or nothing (a failure or Ctrl-C rolls the tree back).
 
     Patches already in are reported, not applied again. An optional target (a fork's own sgl-kernel/, a moved
-    folder) gets one line saying what its patch would do; -t NAME applies it."""
+    folder) gets one line saying what its patch would do; -t NAME applies it. --abort rolls back what a killed
+    apply or revert left (its journal in the git directory) and removes its lock."""
+    if args.abort:
+        for co in ctx.checkouts(args):
+            print(transaction.abort(co.path), flush=True)
+        return 0
     for co in ctx.checkouts(args):
         for line in operations.apply(co, args.strict):
             print(line, flush=True)
@@ -183,6 +206,11 @@ class Parser(argparse.ArgumentParser):
 
 
 Command = Callable[[argparse.Namespace, Context], int]
+GLOBAL_DIRS = {
+    "--patches": "the overlay's patches/ folder (default: $SGL_OVERLAY_PATCHES or this checkout's)",
+    "--trees": "where `fetch` lays out targets (default: <repo>/build/trees)",
+    "--cache": "wheel download cache (default: <repo>/.cache/wheels)",
+}
 
 
 def _add(
@@ -192,6 +220,8 @@ def _add(
     doc = func.__doc__ or ""
     p = commands.add_parser(func.__name__.removeprefix("cmd_"), help=doc.partition("\n")[0], description=doc)
     p.set_defaults(func=func)
+    for flag in GLOBAL_DIRS:  # also accepted after the command
+        p.add_argument(flag, type=Path, metavar="DIR", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     if targets:
         p.add_argument(
             "--target",
@@ -220,11 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 ok, 1 failure, 2 usage error, 130 interrupted (tree rolled back).",
     )
     parser.add_argument("--version", action="version", version=f"sgl-overlay {__version__}")
-    for flag, what in (
-        ("--patches", "the overlay's patches/ folder (default: $SGL_OVERLAY_PATCHES or this checkout's)"),
-        ("--trees", "where `fetch` lays out targets (default: <repo>/build/trees)"),
-        ("--cache", "wheel download cache (default: <repo>/.cache/wheels)"),
-    ):
+    for flag, what in GLOBAL_DIRS.items():
         parser.add_argument(flag, type=Path, metavar="DIR", help=what)
     _add_commands(parser.add_subparsers(dest="command", required=True, parser_class=Parser))
     return parser
@@ -237,6 +263,7 @@ def _add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="lay trees out again even if they exist")
     p = _add(commands, cmd_apply, checkout=True)
     p.add_argument("--strict", action="store_true", help="refuse when a pinned pre-image blob differs")
+    p.add_argument("--abort", action="store_true", help="roll back what a killed apply or revert left, remove its lock")
     p = _add(commands, cmd_check, checkout=True)
     p.add_argument("--strict", action="store_true", help="treat a differing pre-image blob as a failure")
     _add(commands, cmd_status, checkout=True)
@@ -279,8 +306,14 @@ def _add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--offline", action="store_true", help="use only the wheel cache")
 
 
+def _terminate(signum: int, _frame: object) -> None:
+    raise Interrupted(f"terminated by signal {signum}")  # unwinds, so temp folders and locks go
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
+        signal.signal(signal.SIGTERM, _terminate)
+        scratch.sweep()
         args = build_parser().parse_args(argv)
         manifest = load_manifest(args.patches)
         root = manifest.path.parent.parent
@@ -292,7 +325,17 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         print("sgl-overlay: interrupted", file=sys.stderr)
-        return operations.Interrupted.exit_code
+        return Interrupted.exit_code
+    except UnicodeError as exc:
+        print(f"sgl-overlay: error: a file is not valid text ({exc}); restore it from git", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        print(
+            f"sgl-overlay: error: cannot use{where}: {exc.strerror or exc}; check it exists and is readable/writable",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ import dataclasses
 import os
 import re
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,10 +18,11 @@ from xml.etree import ElementTree
 
 from packaging.version import InvalidVersion, Version
 
-from sgl_overlay import fetch, gitutil, operations, tree
+from sgl_overlay import fetch, gitutil, transaction, tree
 from sgl_overlay.errors import OverlayError, UsageError
 from sgl_overlay.manifest import Kind, Manifest, MatrixSpec, PinnedWheel, Target
 from sgl_overlay.patchfile import Patch, Series
+from sgl_overlay.scratch import folder
 from sgl_overlay.series import PatchStatus, ScratchIndex, State, series_status
 from sgl_overlay.subproc import failure_reason
 
@@ -150,7 +150,8 @@ def lay_out_version(target: Target, spec: MatrixSpec, version: str, opts: Option
     made_by = run.sha256 or "none"  # the wheel the tree is laid out from
     t0 = time.monotonic()
     if tree.is_ready(dest, vt) and gitutil.config_get(dest, "sgl-overlay.matrix-sha256") == made_by:
-        operations.rollback(dest, gitutil.out(dest, "rev-parse", tree.BASE_TAG))
+        transaction.discard_leftovers(dest)
+        transaction.rollback(dest, gitutil.out(dest, "rev-parse", tree.BASE_TAG))
         gitutil.git(dest, "clean", "-qfdx")
         line = f"{dest} reused"
     else:
@@ -220,12 +221,14 @@ def classify(st: PatchStatus, vtree: Path, vt: Target) -> Cell:
 
 def apply_and_commit(vtree: Path, patch: Patch) -> str:
     """`git am -3` one patch; '' on success, else a one-line reason (tree rolled back)."""
-    orig = gitutil.head(vtree)
-    proc = operations.run_am(vtree, [patch.path], embedded=True)
-    if proc.returncode == 0:
-        return ""
-    operations.rollback(vtree, orig)
-    return operations.am_failure(proc)
+    with transaction.locked(vtree, "matrix"), transaction.Change(vtree, "matrix", [], [patch.subject]) as change:
+        proc = transaction.run_am(vtree, [patch.path], embedded=True)
+        if change.caught:
+            raise change.interrupted()
+        if proc.returncode == 0:
+            return ""
+        change.roll_back()
+        return transaction.am_failure(proc)
 
 
 def patch_test_files(patch: Patch) -> list[str]:
@@ -263,7 +266,7 @@ def run_patch_tests(
         return TestResult(Tests.NO_TESTS, "the patch adds or changes no test file")
     pythonpath = os.pathsep.join([str(vtree / "python"), *map(str, extra_path or [])])
     env = {**os.environ, "PYTHONPATH": pythonpath, "PYTHONDONTWRITEBYTECODE": "1"}
-    with tempfile.TemporaryDirectory(prefix="sgl-overlay-junit-") as tmp:
+    with folder("junit") as tmp:
         xml = Path(tmp) / "junit.xml"
         cmd = [str(python), *PYTEST, f"--junitxml={xml}", *pytest_args, *files]
         try:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 from sgl_overlay import gitutil
 from sgl_overlay.checkout import SAME_PLACE, Placement
 from sgl_overlay.patchfile import Patch, Series, preimage_from_full_context
+from sgl_overlay.scratch import folder, mkdtemp
 
 HISTORY_DEPTH = 2000  # how far back to look for the commit that brought a patch in
 # Context lines around each change when deciding whether a full-context patch is in: one, so
@@ -88,7 +88,7 @@ class ScratchIndex:
     def __init__(self, repo: Path, base: str | None = "HEAD", flags: tuple[str, ...] = ()):
         self.repo = repo
         self.flags = flags  # path mapping for every apply (Placement.apply_flags)
-        self.dir = tempfile.mkdtemp(prefix="sgl-overlay-index-")  # the index, its .lock and .saved copy
+        self.dir = mkdtemp("index")  # the index, its .lock and .saved copy
         self.path = os.path.join(self.dir, "index")
         self.env = {"GIT_INDEX_FILE": self.path}
         try:
@@ -244,7 +244,7 @@ def series_status(
     tree = (content or content_of(repo)).tree
     with (
         ScratchIndex(repo, tree, tuple(placement.apply_flags())) as scratch,
-        tempfile.TemporaryDirectory(prefix="sgl-overlay-narrow-") as tmp,
+        folder("narrow") as tmp,
     ):
         full = series.target.full_context
         reverse = [narrow_context(patch, Path(tmp)) if full else patch.path for patch in series.patches]

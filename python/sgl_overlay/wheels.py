@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from packaging import tags
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
-from sgl_overlay import gitutil, subproc
+from sgl_overlay import gitutil, scratch, subproc
 from sgl_overlay.checkout import Checkout
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.fetch import pip_tag_args
@@ -123,7 +122,7 @@ def build_patched_wheel(series: Series, wheel: Path, tree: Path, out_dir: Path, 
     if problems:
         raise OverlayError(f"{problems[0]}; run `make trees` (fetch, apply, verify) first")
     out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
+    with scratch.folder("wheel") as tmp:
         subproc.run([sys.executable, "-m", "wheel", "unpack", "-d", tmp, wheel], f"unpacking {wheel.name}")
         (unpacked,) = [p for p in Path(tmp).iterdir() if p.is_dir()]
         _check_stock(series, unpacked, wheel.name)

@@ -113,7 +113,7 @@ def case_half_applied_am(tmp: Path) -> BadInput:
     return BadInput(
         args=["--patches", str(ov.patches), "apply", "--checkout", str(co)],
         watched=[co],
-        message=r"has a `git am` or rebase in progress \(half-applied series\?\); finish it or run `git am --abort`",
+        message=r"has a `git am` in progress \(half-applied series\?\); finish it or run `git am --abort` there",
     )
 
 
