@@ -3,6 +3,7 @@ lines that report them."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass
 from itertools import groupby
@@ -12,6 +13,7 @@ from sgl_overlay import gitutil, subproc, transaction
 from sgl_overlay.checkout import Checkout, ensure_hooks_run, ensure_writable
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.manifest import Target
+from sgl_overlay.patchfile import Patch
 from sgl_overlay.series import IN, PENDING, Content, PatchStatus, State, content_of, series_status
 from sgl_overlay.tree import check_preimages
 
@@ -145,9 +147,27 @@ def plan(co: Checkout, strict: bool) -> tuple[list[tuple[Path, tuple[str, ...]]]
                 f"half-applied series: {len(applied)} of {len(rows)} {name} patches are applied in "
                 f"{co.path} ({applied[0].patch.label}); run `sgl-overlay revert` there, then apply again"
             )
+        _refuse_untracked(co, name, [r.patch for r in pending])
         flags = tuple(co.placement(name).apply_flags())
         to_apply += [(r.patch.path, flags) for r in pending]
     return to_apply, sv, warnings
+
+
+def _refuse_untracked(co: Checkout, name: str, patches: list[Patch]) -> None:
+    """A file a patch adds must not be there already as a user's untracked file (`git am` would stop)."""
+    where = co.placement(name).path
+    for patch in patches:
+        for c in patch.changes:
+            path = where(c.path)
+            if (
+                c.old_blob is None
+                and os.path.lexists(co.path / path)
+                and gitutil.blob_at(co.path, "HEAD", path) is None
+            ):
+                raise OverlayError(
+                    f"{patch.label} adds {path}, but an untracked file is there in {co.path}; move it away, "
+                    "then apply again (tree left unchanged)"
+                )
 
 
 def check(co: Checkout, strict: bool = False) -> tuple[list[str], bool]:
@@ -244,7 +264,7 @@ def _revert_failure(proc: subprocess.CompletedProcess) -> str:
     text = proc.stdout + proc.stderr
     if "conflict" in text.lower():
         return "later commits touch the same lines; tree left unchanged: revert them by hand with `git revert`"
-    if "auto-detect" in text or "tell me who you are" in text.lower():
+    if any(sign in text.lower() for sign in ("auto-detect", "tell me who you are", "empty ident")):
         return (
             "git has no identity for the revert commits; set it with `git config user.name NAME` and "
             "`git config user.email EMAIL`, then revert again (tree left unchanged)"

@@ -112,6 +112,8 @@ def run(
             preexec_fn=_PREEXEC,
         )
     except FileNotFoundError:
+        if os.sep in argv[0]:
+            raise OverlayError(f"{argv[0]} does not exist ({what}); pass the path of an existing program") from None
         raise OverlayError(f"{argv[0]} is not on PATH ({what}); install it or add it to PATH") from None
     except OSError as exc:
         raise OverlayError(
