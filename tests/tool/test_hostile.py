@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from synth import cli, clone, git, make_overlay, snapshot, write
+from synth import cli, clone, git, make_fork_checkout, make_fork_overlay, make_overlay, snapshot, write
 
 LOCK = "sgl-overlay.lock"
 JOURNAL = "sgl-overlay-journal.json"
@@ -220,15 +220,18 @@ def test_git_dir_of_another_repo_is_left_alone(tmp_path: Path) -> None:
 
 
 def test_git_dir_of_the_checkout_itself_keeps_a_staged_change(tmp_path: Path) -> None:
-    """GIT_DIR at the checkout's own .git while a change is staged: status stages nothing."""
-    base, co = _setup(tmp_path)
+    """GIT_DIR at the checkout's own .git while a change is staged, on a fork whose sgl-kernel patch is judged
+    in scratch repositories (the narrowed-context check): status stages nothing, the user's index stays as is."""
+    ov = make_fork_overlay(tmp_path)
+    co = make_fork_checkout(ov, tmp_path / "fork")
     write(co, "notes.txt", "staged only\n")
     git(co, "add", "-A")
     index = (co / ".git" / "index").read_bytes()
-    proc = cli(*base, "status", "--checkout", str(co), env={"GIT_DIR": str(co / ".git")})
+    proc = cli("--patches", str(ov.patches), "status", "--checkout", str(co), env={"GIT_DIR": str(co / ".git")})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("note: 1 file(s) have uncommitted changes"), proc.stdout
     assert (co / ".git" / "index").read_bytes() == index
+    assert git(co, "diff", "--cached", "--name-only") == "notes.txt"
 
 
 # ----------------------------------------------------------------------------- settings that would change history
