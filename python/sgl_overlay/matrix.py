@@ -204,7 +204,7 @@ def classify(st: PatchStatus, vtree: Path, vt: Target) -> Cell:
     match st.state:
         case State.APPLICABLE:
             if differ := _differs_from_pin(st.patch, vtree, vt):
-                offsets = st.detail.replace(".; ", "; ").rstrip(".") or "no line offsets"
+                offsets = st.detail or "no line offsets"
                 return Cell(Outcome.OFFSETS, f"{', '.join(differ)} differ from the pin; {offsets}")
             return Cell(Outcome.EXACT, "pre-image blob ids equal the pin")
         case State.APPLICABLE_3WAY:  # git does not always name where the exact apply failed

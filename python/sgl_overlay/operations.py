@@ -66,7 +66,6 @@ def status(co: Checkout) -> tuple[list[str], bool]:
             f"first: {first}): the states below read the working files, not HEAD; apply and revert refuse until "
             "they are committed or stashed"
         )
-    lines += [f"warning: {w}" for w in preimage_warnings(co, sv)]
     ok = True
     for target in co.targets:
         optional = co.optional.get(target.name)
@@ -76,7 +75,7 @@ def status(co: Checkout) -> tuple[list[str], bool]:
             extra = r.commit[:12] if r.commit else r.detail
             lines.append(f"  {r.state.value:<20} {r.patch.label}" + (f"  ({extra})" if extra else ""))
             ok &= optional is not None or r.state not in (State.CONFLICTING, State.ABSENT)
-    return lines, ok
+    return lines + [f"warning: {w}" for w in preimage_warnings(co, sv)], ok
 
 
 def _optional_note(co: Checkout, sv: Survey, target: Target) -> str:
@@ -90,8 +89,7 @@ def _optional_note(co: Checkout, sv: Survey, target: Target) -> str:
     if bad is not None and bad.state == State.ABSENT:
         return f"{name}: not applied ({why}); {bad.patch.label} needs {bad.detail}, which is not here"
     if bad is not None:
-        blob_note = _blob_note(co, sv, bad, target)
-        return f"{name}: not applied ({why}); {bad.patch.label} conflicts here ({bad.detail}): {blob_note}"
+        return f"{name}: not applied ({why}); its patch conflicts here: {_blob_note(co, sv, bad, target)}"
     if any(r.state == State.APPLIED for r in rows):
         return f"{name}: half-applied here ({why}); run `sgl-overlay revert -t {name} --checkout {co.path}`"
     how = "applies" if all(r.state != State.APPLICABLE_3WAY for r in rows) else "applies with a 3-way merge"
@@ -108,9 +106,9 @@ def _blob_note(co: Checkout, sv: Survey, row: PatchStatus, target: Target) -> st
         if have is not None:  # None: a file an earlier patch of the series adds
             return (
                 f"{where(c.path)} is blob {have[:12]}, the patch is written for {c.old_blob[:12]}; "
-                "it needs a variant for this file"
+                "it needs a variant for this file (`sgl-overlay status` names the hunk)"
             )
-    return "it needs a variant for this tree"
+    return "it needs a variant for this tree (`sgl-overlay status` names the hunk)"
 
 
 def _notes(co: Checkout, sv: Survey) -> list[str]:
@@ -135,7 +133,7 @@ def plan(co: Checkout, strict: bool) -> tuple[list[tuple[Path, tuple[str, ...]]]
             if r.state == State.ABSENT:
                 raise OverlayError(
                     f"{r.patch.label}: missing file {r.detail} in {co.path}; this checkout is not a "
-                    f"version the {name} patches support (see `sgl-overlay status`)"
+                    f"version the {name} patches support (see `sgl-overlay status`){_other_targets(co, sv, name)}"
                 )
             if r.state == State.CONFLICTING:
                 raise OverlayError(
@@ -168,6 +166,15 @@ def _refuse_untracked(co: Checkout, name: str, patches: list[Patch]) -> None:
                     f"{patch.label} adds {path}, but an untracked file is there in {co.path}; move it away, "
                     "then apply again (tree left unchanged)"
                 )
+
+
+def _other_targets(co: Checkout, sv: Survey, failed: str) -> str:
+    """The hint that another target of this checkout can go in alone."""
+    fine = [t.name for t in co.targets if t.name != failed and all(r.state in (*PENDING, *IN) for r in sv.rows[t.name])]
+    if not fine:
+        return ""
+    only = " ".join(f"-t {n}" for n in fine)
+    return f"; `sgl-overlay apply {only} --checkout {co.path}` applies {', '.join(fine)} alone"
 
 
 def check(co: Checkout, strict: bool = False) -> tuple[list[str], bool]:

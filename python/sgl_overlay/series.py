@@ -192,7 +192,7 @@ def _classify(repo: Path, scratch: ScratchIndex, patch: Patch, placement: Placem
     exact = scratch.apply(patch.path, "--check")
     if exact.returncode == 0:
         scratch.apply(patch.path)
-        hunks = [ln.strip() for ln in exact.stderr.splitlines() if "offset" in ln or "fuzz" in ln]
+        hunks = [ln.strip().rstrip(".") for ln in exact.stderr.splitlines() if "offset" in ln or "fuzz" in ln]
         return PatchStatus(patch, State.APPLICABLE, detail="; ".join(hunks))
     # A full-context patch fails at line 1 whatever differs; its narrowed form names the hunk
     # (and when it applies, the files differ from the pin only away from the changes).

@@ -12,7 +12,21 @@ from pathlib import Path
 
 import pytest
 
-from synth import cli, clone, git, make_fork_checkout, make_fork_overlay, make_overlay, snapshot, write
+from synth import (
+    KERNEL,
+    KERNEL_CU,
+    KERNEL_TEST,
+    KERNEL_TEST_PY,
+    add_kernel_target,
+    cli,
+    clone,
+    git,
+    make_fork_checkout,
+    make_fork_overlay,
+    make_overlay,
+    snapshot,
+    write,
+)
 
 LOCK = "sgl-overlay.lock"
 JOURNAL = "sgl-overlay-journal.json"
@@ -362,3 +376,36 @@ def test_unknown_target_is_a_usage_error(tmp_path: Path) -> None:
     base, co = _setup(tmp_path)
     line = _one_error(cli(*base, "status", "-t", "nope", "--checkout", str(co)), code=2)
     assert line.startswith("unknown target 'nope'; known targets: sglang"), line
+
+
+# ----------------------------------------------------------------------------- newcomer friction
+
+
+def test_missing_file_names_the_target_that_applies_alone(tmp_path: Path) -> None:
+    """An sgl-project checkout without a file the sglang patches need, whose sgl-kernel patch applies: the
+    error says that `-t sgl-kernel` applies there."""
+    ov = make_overlay(tmp_path)
+    add_kernel_target(ov, tmp_path, "https://example.com/sglang")
+    co = clone(ov.upstream, tmp_path / "checkout")
+    git(co, "rm", "-q", "python/sglang/hook.py")
+    write(co, KERNEL, KERNEL_CU)
+    write(co, KERNEL_TEST, KERNEL_TEST_PY)
+    git(co, "add", "-A")
+    git(co, "commit", "-qm", "no hook.py; sgl-kernel/")
+    before = snapshot(co)
+    line = _one_error(cli("--patches", str(ov.patches), "apply", "--checkout", str(co)))
+    assert "missing file python/sglang/hook.py" in line, line
+    assert line.endswith(f"; `sgl-overlay apply -t sgl-kernel --checkout {co}` applies sgl-kernel alone"), line
+    assert snapshot(co) == before
+
+
+def test_fork_status_starts_with_the_states(tmp_path: Path) -> None:
+    """On a fork whose files differ from the pins, status lists the states first and the warning after."""
+    ov = make_overlay(tmp_path)
+    co = clone(ov.upstream, tmp_path / "checkout")
+    write(co, "python/sglang/model.py", "line 0\n" + (co / "python/sglang/model.py").read_text())
+    git(co, "commit", "-qam", "fork: a line on top")
+    out = cli("--patches", str(ov.patches), "status", "--checkout", str(co)).stdout.splitlines()
+    assert out[0] == f"sglang in {co}:", out
+    assert out[-1].startswith("warning: sglang: pre-image differs: python/sglang/model.py"), out
+    assert ".;" not in "\n".join(out) and "offset 1 line" in out[1], out
