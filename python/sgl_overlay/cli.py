@@ -151,7 +151,7 @@ def cmd_wheels(args: argparse.Namespace, ctx: Context) -> int:
         print("\n".join(lines))
         return 0
     if args.checkout is not None:
-        print(f"built {wheels.build_from_checkout(detect(args.checkout, ctx.manifest, args.target), out_dir)}")
+        print(f"built {wheels.build_from_checkout(detect(args.checkout, ctx.manifest, args.target), out_dir, local)}")
         return 0
     for target in ctx.manifest.select(args.target):
         if target.kind != Kind.WHEEL:
