@@ -145,7 +145,7 @@ def cmd_wheels(args: argparse.Namespace, ctx: Context) -> int:
 
     Each pinned wheel's twin is built from the verified tree (same tags, a local version label); with
     --checkout, upstream's own build of the checkout's python/, once the series is in."""
-    out_dir, local = args.out.resolve(), ctx.manifest.local_version
+    out_dir, local = (args.out or ctx.root / "dist").resolve(), ctx.manifest.local_version
     if args.print_names:
         lines = wheels.print_names(ctx.manifest.select(args.target), ctx.cache, out_dir, local, args.for_python)
         print("\n".join(lines))
@@ -272,7 +272,7 @@ def _add_commands(commands: argparse._SubParsersAction) -> None:
     _add(commands, cmd_export)
 
     p = _add(commands, cmd_wheels, checkout=True)
-    p.add_argument("--out", type=Path, default=Path("dist"), help="output folder (default: dist)")
+    p.add_argument("--out", type=Path, help="output folder (default: <repo>/dist, where doctor looks)")
     p.add_argument(
         "--print-names",
         action="store_true",

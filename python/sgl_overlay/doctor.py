@@ -80,7 +80,12 @@ def check_python_target(
     else:
         patched = dist_dir / patched_wheel_name(pin.file, manifest.local_version)
         fix = f"pip install --no-deps --force-reinstall {patched}"
+        if not patched.is_file():
+            fix += " (not built yet: run `sgl-overlay wheels` first)"
     installed = Version(info["version"])
+    if installed.local == manifest.local_version and installed.base_version != target.version:
+        what = f"installed {installed}: built by `sgl-overlay wheels --checkout` once the series was in"
+        return [Finding(name, what, True, "")]
     if installed.base_version != target.version:
         what = f"installed {installed}, the overlay pins {target.version}: fixes not checked"
         return [Finding(name, what, False, f"pip install {target.requirement} && {fix}" if pin else fix)]
@@ -136,6 +141,8 @@ def doctor(
     findings += check_kernel(data, dist_dir)
     if not findings:
         return lines + ["no sglang, sglang-kt or sgl-kernel installed here; pass --python of the serving env"], False
+    if not any(k in data["dists"] for k in KERNEL_NAMES):
+        lines.append(f"no {' or '.join(KERNEL_NAMES)} installed here: the kernel fix is not checked")
     shown: set[str] = set()  # one fix often mends several findings: print it once, under the first
     for f in findings:
         lines.append(f"  [{'ok' if f.ok else 'MISSING'}] {f.target}: {f.what}")
