@@ -10,7 +10,7 @@ from pathlib import Path
 from sgl_overlay import gitutil
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.manifest import Manifest, Target
-from sgl_overlay.patchfile import Series
+from sgl_overlay.series import Series
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ try:  # Ctrl-C while the modules load is one line too
         matrix,
         matrix_report,
         operations,
+        pins,
         scratch,
         transaction,
         tree,
@@ -28,7 +29,7 @@ try:  # Ctrl-C while the modules load is one line too
     from sgl_overlay.checkout import Checkout, detect
     from sgl_overlay.errors import Interrupted, OverlayError, UsageError
     from sgl_overlay.manifest import Kind, Manifest, load_manifest
-    from sgl_overlay.patchfile import Series
+    from sgl_overlay.series import Series
     from sgl_overlay.verify import verify_tree
 except KeyboardInterrupt:
     print("sgl-overlay: interrupted while starting; nothing was changed", file=sys.stderr)
@@ -63,10 +64,8 @@ def cmd_fetch(args: argparse.Namespace, ctx: Context) -> int:
     Wheels are cached and sha256-checked; build/trees/<target> gets one commit, tagged `upstream`. sgl-kernel's
     pre-images come from its full-context patch, with no network."""
     for target in ctx.manifest.select(args.target):
-        if target.kind == Kind.WHEEL:
-            wheel, series = fetch.fetch_wheels(target, ctx.cache, args.offline)[0], None
-        else:
-            wheel, series = None, Series.read(target)
+        series = Series.read(target)
+        wheel = fetch.fetch_wheels(target, ctx.cache, args.offline)[0] if target.kind == Kind.WHEEL else None
         print(tree.lay_out(target, ctx.trees / target.name, wheel, series, force=args.force), flush=True)
     return 0
 
@@ -137,6 +136,19 @@ def cmd_export(args: argparse.Namespace, ctx: Context) -> int:
     for target in ctx.manifest.select(args.target):
         for line in export.export_series(target, ctx.trees / target.name):
             print(line)
+    for line in pins.rewrite(
+        load_manifest(ctx.manifest.path.parent), ctx.manifest.select(args.target) if args.target else None
+    ):
+        print(line)
+    return 0
+
+
+def cmd_pins(args: argparse.Namespace, ctx: Context) -> int:
+    """(maintainers) Rewrite the manifest's `preimages` tables from the series (each file's first-touch blob).
+
+    Every other command refuses a table the series disagrees with; `export` rewrites it too."""
+    for line in pins.rewrite(ctx.manifest, ctx.manifest.select(args.target) if args.target else None):
+        print(line)
     return 0
 
 
@@ -270,6 +282,7 @@ def _add_commands(commands: argparse._SubParsersAction) -> None:
     _add(commands, cmd_revert, checkout=True)
     _add(commands, cmd_verify)
     _add(commands, cmd_export)
+    _add(commands, cmd_pins)
 
     p = _add(commands, cmd_wheels, checkout=True)
     p.add_argument("--out", type=Path, help="output folder (default: <repo>/dist, where doctor looks)")
@@ -316,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         scratch.sweep()
         args = build_parser().parse_args(argv)
         manifest = load_manifest(args.patches)
+        if args.func not in (cmd_pins, cmd_export):
+            pins.check(manifest)
         root = manifest.path.parent.parent
         trees = (args.trees or root / "build" / "trees").resolve()
         cache = (args.cache or root / ".cache" / "wheels").resolve()

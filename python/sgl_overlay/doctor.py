@@ -12,7 +12,7 @@ from packaging.version import Version
 from sgl_overlay import gitutil, subproc
 from sgl_overlay.errors import UsageError
 from sgl_overlay.manifest import Kind, Manifest
-from sgl_overlay.patchfile import Series
+from sgl_overlay.series import Series
 from sgl_overlay.wheels import no_wheel_fits, patched_wheel_name, shipped_changes, wheel_for_python, wheel_path_of
 
 KERNEL_DISTS = ("sglang-kernel", "sgl-kernel")

@@ -7,7 +7,7 @@ from pathlib import Path
 from sgl_overlay import gitutil, scratch
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.manifest import Target
-from sgl_overlay.patchfile import FULL_CONTEXT
+from sgl_overlay.series import FULL_CONTEXT
 from sgl_overlay.tree import BASE_TAG, is_ready
 
 

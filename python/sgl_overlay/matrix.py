@@ -21,9 +21,9 @@ from packaging.version import InvalidVersion, Version
 from sgl_overlay import fetch, gitutil, transaction, tree
 from sgl_overlay.errors import OverlayError, UsageError
 from sgl_overlay.manifest import Kind, Manifest, MatrixSpec, PinnedWheel, Target
-from sgl_overlay.patchfile import Patch, Series
 from sgl_overlay.scratch import folder
-from sgl_overlay.series import PatchStatus, ScratchIndex, State, series_status
+from sgl_overlay.series import Patch, Series
+from sgl_overlay.states import PatchStatus, ScratchIndex, State, series_status
 from sgl_overlay.subproc import failure_reason
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout this package sits in (its venvs)

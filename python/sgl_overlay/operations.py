@@ -13,8 +13,8 @@ from sgl_overlay import gitutil, subproc, transaction
 from sgl_overlay.checkout import Checkout, ensure_hooks_run, ensure_writable
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.manifest import Target
-from sgl_overlay.patchfile import Patch
-from sgl_overlay.series import IN, PENDING, Content, PatchStatus, State, content_of, series_status
+from sgl_overlay.series import Patch
+from sgl_overlay.states import IN, PENDING, Content, PatchStatus, State, content_of, series_status
 from sgl_overlay.tree import check_preimages
 
 
@@ -41,7 +41,9 @@ def preimage_warnings(co: Checkout, sv: Survey) -> list[str]:
         rows = sv.rows[target.name]
         if any(s.state == State.APPLIED for s in rows) or all(s.state in IN for s in rows):
             continue
-        for problem in check_preimages(co.path, sv.content.tree, target, co.placement(target.name).path):
+        for problem in check_preimages(
+            co.path, sv.content.tree, co.series[target.name], co.placement(target.name).path
+        ):
             if problem.found is not None:  # a missing file is reported as ABSENT by the series
                 lines.append(f"{target.name}: pre-image differs: {problem}")
     return lines

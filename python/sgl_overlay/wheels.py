@@ -17,8 +17,8 @@ from sgl_overlay.checkout import Checkout
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.fetch import pip_tag_args
 from sgl_overlay.manifest import Kind, PinnedWheel, Target
-from sgl_overlay.patchfile import Series
-from sgl_overlay.series import IN, series_status
+from sgl_overlay.series import Series
+from sgl_overlay.states import IN, series_status
 from sgl_overlay.verify import verify_tree
 
 
@@ -100,8 +100,9 @@ def shipped_changes(series: Series) -> dict[str, str | None]:
 def _check_stock(series: Series, unpacked: Path, wheel_name: str) -> None:
     """Every file the series touches holds its pinned pre-image in this wheel (or is absent where
     a patch adds it), so the tree's post-images are valid for it too."""
+    pinned = series.preimages()
     for path, rel, _ in _shipped(series):
-        want = series.target.preimages.get(path)
+        want = pinned.get(path)
         found = gitutil.file_blob(unpacked / rel)
         if found != want:
             expected = f"blob {want}" if want else "absent (the series adds it)"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sgl_overlay.errors import OverlayError
-from sgl_overlay.series import ScratchIndex
+from sgl_overlay.states import ScratchIndex
 from synth import MODEL_PY, cli, clone, edit_line, git, make_overlay, make_upstream, make_wheel, snapshot, write
 
 

@@ -20,7 +20,7 @@ from helpers import REPO_ROOT as REPO
 from helpers import check_record
 from sgl_overlay.gitutil import hash_bytes
 from sgl_overlay.manifest import load_manifest
-from sgl_overlay.patchfile import Series
+from sgl_overlay.series import Series
 from sgl_overlay.wheels import patched_wheel_name, shipped_changes, wheel_for_python
 
 INSTALLED = REPO / "build" / "installed"
