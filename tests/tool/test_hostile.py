@@ -409,3 +409,17 @@ def test_fork_status_starts_with_the_states(tmp_path: Path) -> None:
     assert out[0] == f"sglang in {co}:", out
     assert out[-1].startswith("warning: sglang: pre-image differs: python/sglang/model.py"), out
     assert ".;" not in "\n".join(out) and "offset 1 line" in out[1], out
+
+
+def test_ctrl_c_while_starting_is_one_line(tmp_path: Path) -> None:
+    """SIGINT while the tool's modules load (here: inside the import of unidiff, which a stand-in on
+    PYTHONPATH interrupts): one line, exit 130, no traceback."""
+    stand_in = tmp_path / "stand-in"
+    stand_in.mkdir()
+    (stand_in / "unidiff.py").write_text(
+        "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(5)\n"
+    )
+    path = os.pathsep.join([str(stand_in), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    proc = cli("--version", env={"PYTHONPATH": path})
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip() == "sgl-overlay: interrupted while starting; nothing was changed"
