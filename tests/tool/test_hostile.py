@@ -113,6 +113,38 @@ def test_sigkill_inside_git_am_is_rolled_back_by_abort(tmp_path: Path) -> None:
     assert "applied 2 patch(es)" in cli(*base, "apply", "--checkout", str(co)).stdout
 
 
+@pytest.mark.parametrize("killed_after", [1, 2, 3])
+def test_sigkill_across_two_targets_rolls_back_both(tmp_path: Path, killed_after: int) -> None:
+    """An sgl-project checkout holds sglang (two patches) and sgl-kernel (one): SIGKILL after the 1st, 2nd or
+    3rd commit of the one `apply`, then `apply --abort`: neither target is left applied."""
+    ov = make_overlay(tmp_path)
+    add_kernel_target(ov, tmp_path, "https://example.com/sglang")
+    co = clone(ov.upstream, tmp_path / "checkout")
+    write(co, KERNEL, KERNEL_CU)
+    write(co, KERNEL_TEST, KERNEL_TEST_PY)
+    git(co, "add", "-A")
+    git(co, "commit", "-qm", "sgl-kernel/")
+    base = ["--patches", str(ov.patches)]
+    count, marker = tmp_path / "count", tmp_path / "hook-ran"
+    _hook(
+        co,
+        "post-applypatch",
+        f"echo x >> {count}\nif [ $(wc -l < {count}) -eq {killed_after} ]; then touch {marker}; sleep 5; fi",
+    )
+    before = snapshot(co)
+    proc = _spawn(*base, "apply", "--checkout", str(co))
+    _wait_for(marker)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    time.sleep(0.3)
+    (co / ".git" / "hooks" / "post-applypatch").unlink()
+    abort = cli(*base, "apply", "--abort", "--checkout", str(co))
+    assert abort.returncode == 0 and abort.stdout.startswith("rolled back the killed"), (abort.stdout, abort.stderr)
+    assert snapshot(co) == before
+    out = cli(*base, "apply", "--checkout", str(co)).stdout
+    assert out.startswith("applied 3 patch(es)"), out
+
+
 @pytest.mark.parametrize("delay", [0.15, 0.4, 0.8, 1.5])
 def test_sigkill_at_any_time_leaves_all_or_nothing(tmp_path: Path, delay: float) -> None:
     """SIGKILL after `delay` seconds: after `apply --abort` the tree is exactly as before or (the run had
