@@ -38,7 +38,7 @@ class Outcome(StrEnum):
 
     EXACT = "exact"
     OFFSETS = "offsets"
-    THREE_WAY = "3way"
+    THREE_WAY = "3-way"
     CONFLICT = "conflict"
     ABSENT = "absent"
     UPSTREAM = "upstream"
