@@ -50,7 +50,7 @@ MOVES = (
 class Checkout:
     path: Path
     targets: tuple[Target, ...]
-    embedded: bool  # a tree `sgl-overlay fetch` laid out (fixed identity, reproducible commits)
+    laid_out: bool  # a tree `sgl-overlay fetch` laid out: its commits get the tool's fixed identity (run_am)
     # Targets a plain command reports on but does not apply: name -> why (e.g. a fork's own
     # copy of sgl-kernel/). `-t NAME` makes one required again.
     optional: dict[str, str] = field(default_factory=dict)
@@ -144,7 +144,7 @@ def detect(path: Path, manifest: Manifest, only: list[str] | None = None) -> Che
     return Checkout(
         path=repo,
         targets=tuple(found),
-        embedded=bool(marked),
+        laid_out=bool(marked),
         optional=optional,
         placements={n: p for n, p in placements.items() if any(t.name == n for t in found)},
         series={t.name: Series.read(t) for t in found},
@@ -167,7 +167,7 @@ def ensure_writable(co: Checkout) -> None:
 
 def ensure_hooks_run(co: Checkout) -> None:
     """Refuse a user's checkout whose commit-msg hook the overlay's `git am` commits would bypass."""
-    if not co.embedded:
+    if not co.laid_out:
         hook = gitutil.git_path(co.path, "hooks/commit-msg")
         if hook.is_file() and os.access(hook, os.X_OK):
             raise OverlayError(

@@ -220,7 +220,7 @@ def apply(co: Checkout, strict: bool = False) -> list[str]:
             # Consecutive patches with the same path mapping go in one `git am`.
             for flags, group in groupby(to_apply, key=lambda item: item[1]):
                 patches = [path for path, _ in group]
-                proc = transaction.run_am(co.path, patches, co.embedded, flags)
+                proc = transaction.run_am(co.path, patches, co.laid_out, flags)
                 if change.caught:
                     raise change.interrupted()
                 if proc.returncode != 0:

@@ -1,7 +1,7 @@
 """The one way the tool changes a checkout (apply, revert, the matrix's trees), like `git am`
 keeps `rebase-apply/`: a lock, then a journal, then git.
 
-- `locked`: `<git dir>/sgl-overlay.lock`, made with O_CREAT|O_EXCL and holding the pid and the
+- `locked`: `<git dir>/sgl-overlay.lock`, made atomically (O_CREAT|O_EXCL, then a hard link) holding the pid and the
   command; a second run names the holder and exits 1.
 - `Change`: `<git dir>/sgl-overlay-journal.json`, written before the first git command that
   changes the tree (HEAD before, targets, the subjects of the commits the run may make, the
@@ -102,15 +102,25 @@ def locked(repo: Path, command: str) -> Iterator[None]:
     """Hold `repo`'s lock for the body; refuses (one line, exit 1) a lock another run holds or a
     journal a killed run left."""
     lock = gitutil.git_dir(repo) / LOCK
+    mine = lock.with_name(f"{LOCK}.{os.getpid()}")
     try:
-        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        # Written whole under a private name (O_CREAT|O_EXCL), then linked into place: the link fails
+        # when the lock exists, and no reader ever sees a half-written lock.
+        fd = os.open(mine, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"pid": os.getpid(), "command": command, "started": time.time()}, f)
+        try:
+            os.link(mine, lock)
+        except (PermissionError, NotImplementedError):  # a file system without hard links
+            with os.fdopen(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644), "w") as f:
+                f.write(mine.read_text())
     except FileExistsError:
         raise OverlayError(leftover(repo) or f"{lock} appeared and went; try again") from None
     except OSError as exc:
         raise OverlayError(f"cannot create {lock} ({exc.strerror}); {repo} must be writable to change it") from None
+    finally:
+        mine.unlink(missing_ok=True)
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump({"pid": os.getpid(), "command": command, "started": time.time()}, f)
         dead = leftover(repo)  # we hold the lock: a journal here is a dead run's
         if dead:
             raise OverlayError(dead)
@@ -120,14 +130,14 @@ def locked(repo: Path, command: str) -> Iterator[None]:
 
 
 def run_am(
-    repo: Path, patches: Sequence[Path], embedded: bool, flags: Sequence[str] = ()
+    repo: Path, patches: Sequence[Path], laid_out: bool, flags: Sequence[str] = ()
 ) -> subprocess.CompletedProcess:
     """`git am -3` the patches. Laid-out trees get a fixed committer and date (reproducible ids); a
     user's checkout its own identity, or a stand-in if it has none. `flags` map the patches' paths
     to a moved folder (Placement.apply_flags)."""
     args = ["am", "-3", "--quiet", "--keep-non-patch", *flags]
     env: dict[str, str] = {}
-    if embedded:
+    if laid_out:
         args.append("--committer-date-is-author-date")
         env = {k: v for k, v in gitutil.TOOL_IDENTITY.items() if k.startswith("GIT_COMMITTER")}
     elif not gitutil.has_identity(repo):
