@@ -17,6 +17,7 @@ try:  # Ctrl-C while the modules load is one line too
         doctor,
         export,
         fetch,
+        gitutil,
         matrix,
         matrix_report,
         operations,
@@ -329,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         scratch.sweep()
         args = build_parser().parse_args(argv)
         manifest = load_manifest(args.patches)
+        gitutil.ensure_git_runs()  # before any git call could blame a patch or a checkout for it
         if args.func not in (cmd_pins, cmd_export):
             pins.check(manifest)
         root = manifest.path.parent.parent
