@@ -4,6 +4,7 @@ Exit codes: 0 ok, 1 failure, 2 usage, 130 interrupted."""
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 
@@ -343,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("sgl-overlay: interrupted", file=sys.stderr)
         return Interrupted.exit_code
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as a shell would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except UnicodeError as exc:
         print(f"sgl-overlay: error: a file is not valid text ({exc}); restore it from git", file=sys.stderr)
         return 1

@@ -456,3 +456,12 @@ def test_ctrl_c_while_starting_is_one_line(tmp_path: Path) -> None:
     proc = cli("--version", env={"PYTHONPATH": path})
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr.strip() == "sgl-overlay: interrupted while starting; nothing was changed"
+
+
+def test_output_to_a_closed_pipe_is_quiet(tmp_path: Path) -> None:
+    """`sgl-overlay status | head -1`: the reader going away is no error line (exit 141, as a shell reports it)."""
+    base, co = _setup(tmp_path)
+    proc = _spawn(*base, "status", "--checkout", str(co))
+    proc.stdout.close()  # before the tool writes: its first write meets a closed pipe
+    err = proc.stderr.read()
+    assert (proc.wait(timeout=60), err) == (141, "")
