@@ -66,6 +66,16 @@ def _write(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def _tool_runs(pid: int) -> bool:
+    """`pid` runs, and is an sgl-overlay (where /proc says what it runs): a reused pid is not the holder."""
+    if not pid_alive(pid):
+        return False
+    try:
+        return b"sgl" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True
+
+
 def _who(info: dict) -> str:
     return f"`sgl-overlay {info.get('command', '?')}` (pid {info.get('pid', '?')})"
 
@@ -85,7 +95,7 @@ def leftover(repo: Path) -> str | None:
     held, info = _read(lock), _read(journal)
     if held is not None and held.get("pid") != os.getpid():
         pid = held.get("pid")
-        if isinstance(pid, int) and pid_alive(pid):
+        if isinstance(pid, int) and _tool_runs(pid):
             since = time.strftime("%H:%M:%S", time.localtime(held.get("started", 0)))
             return f"{repo} is being changed by {_who(held)} since {since} (lock {lock}); wait for it to finish"
         if info is None:
@@ -255,7 +265,7 @@ def abort(repo: Path) -> str:
     gd = gitutil.git_dir(repo)
     lock, journal = gd / LOCK, gd / JOURNAL
     held, info = _read(lock), _read(journal)
-    if held and isinstance(held.get("pid"), int) and held["pid"] != os.getpid() and pid_alive(held["pid"]):
+    if held and isinstance(held.get("pid"), int) and held["pid"] != os.getpid() and _tool_runs(held["pid"]):
         raise OverlayError(leftover(repo) or f"{lock} is held")
     if info is None:
         if held is None:
@@ -286,7 +296,7 @@ def discard_leftovers(repo: Path) -> None:
     """For trees the tool owns and resets anyway (the matrix's): drop a dead run's lock and journal."""
     gd = gitutil.git_dir(repo)
     held = _read(gd / LOCK)
-    if held and isinstance(held.get("pid"), int) and held["pid"] != os.getpid() and pid_alive(held["pid"]):
+    if held and isinstance(held.get("pid"), int) and held["pid"] != os.getpid() and _tool_runs(held["pid"]):
         raise OverlayError(leftover(repo) or f"{repo} is locked")
     (gd / JOURNAL).unlink(missing_ok=True)
     (gd / LOCK).unlink(missing_ok=True)

@@ -198,9 +198,12 @@ def test_concurrent_applies_are_consistent(tmp_path: Path) -> None:
     assert git(co, "status", "--porcelain") == ""
 
 
-def test_stale_lock_is_named_and_removed_by_abort(tmp_path: Path) -> None:
+@pytest.mark.parametrize("holder", ["dead", "reused"])
+def test_stale_lock_is_named_and_removed_by_abort(tmp_path: Path, holder: str) -> None:
+    """A lock whose pid no longer runs, or now runs another program (a reused pid), is stale."""
     base, co = _setup(tmp_path)
-    pid = _dead_pid()
+    other = subprocess.Popen(["sleep", "60"]) if holder == "reused" else None
+    pid = other.pid if other else _dead_pid()
     lock = co / ".git" / LOCK
     lock.write_text(f'{{"pid": {pid}, "command": "apply", "started": 0}}')
     before = snapshot(co)
@@ -216,6 +219,9 @@ def test_stale_lock_is_named_and_removed_by_abort(tmp_path: Path) -> None:
         == f"removed the stale lock {lock} of `sgl-overlay apply` (pid {pid}); nothing to roll back in {co}"
     )
     assert "applied 2 patch(es)" in cli(*base, "apply", "--checkout", str(co)).stdout
+    if other:
+        other.kill()
+        other.wait()
 
 
 def test_abort_keeps_commits_the_dead_run_did_not_make(tmp_path: Path) -> None:
