@@ -88,6 +88,9 @@ def run_case(cfg):
             install_trivial_metadata(server_args, routed, num_layers, cfg.get("ep_size", 1))
         moe = build_moe(cfg, layer_id)
         fill_sentinel(moe, float("nan") if cfg.get("modelopt") else SENTINEL)
+        loader = cfg.get("loader", "per_expert")
+        if loader != "per_expert":
+            return load_all_experts_at_once(moe, cfg, layer_id, loader)
         calls = load_experts(moe, cfg, layer_id)
         result = describe(moe, calls) if masks is not None else {"loader_calls": calls}
         if cfg.get("modelopt"):
@@ -156,6 +159,7 @@ def make_server_args(cfg, num_layers, first_moe_layer, freq_file):
         enable_single_batch_overlap=False,
         tbo_token_distribution_threshold=0.48,
         disable_flashinfer_cutlass_moe_fp4_allgather=True,
+        flashinfer_mxfp4_moe_precision="default",
         quantization="modelopt_fp4" if cfg.get("modelopt") else None,
     )
 
@@ -255,6 +259,16 @@ def nvfp4_quant_config():
     return modelopt_quant.ModelOptFp4Config(is_checkpoint_nvfp4_serialized=True, group_size=16)
 
 
+def quant_config(cfg):
+    if cfg.get("modelopt"):
+        return nvfp4_quant_config()
+    if cfg.get("loader") == "mxfp4":
+        from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
+
+        return Mxfp4Config(is_checkpoint_mxfp4_serialized=True)  # gpt-oss checkpoints
+    return None
+
+
 def build_moe(cfg, layer_id):
     from sglang.srt.layers.moe.fused_moe_triton import layer as layer_mod
 
@@ -268,8 +282,9 @@ def build_moe(cfg, layer_id):
         top_k=2,
         num_fused_shared_experts=shared,
         params_dtype=torch.float32,
-        quant_config=nvfp4_quant_config() if cfg.get("modelopt") else None,
+        quant_config=quant_config(cfg),
         prefix=f"model.layers.{layer_id}.mlp.experts",
+        use_weight_loader_fused=cfg.get("loader") == "fused",
     )
     expected = "KTEPWrapperMethod" if cfg.get("kt", True) else "ModelOptNvFp4FusedMoEMethod"
     assert type(moe.quant_method).__name__ == expected, type(moe.quant_method)
@@ -306,6 +321,51 @@ def load_experts(moe, cfg, layer_id):
                 moe.weight_loader(params[f"{pname}_weight"], weight, f"{prefix}.{pname}_weight", shard, expert)
             calls += 1
     return calls
+
+
+def load_all_experts_at_once(moe, cfg, layer_id, loader):
+    """Load w13/w2 as one tensor of all local experts, as gpt-oss does: `fused`
+    through weight_loader_fused (BF16/FP8 checkpoints), `mxfp4` through
+    weight_loader(expert_id=None) with the MXFP4 config (its static branch)."""
+    prefix = f"model.layers.{layer_id}.mlp.experts"
+    hidden, inter = cfg.get("hidden_size", 8), cfg.get("intermediate_size", 8)
+    experts = range(moe.num_local_experts)
+    result = describe(moe, 2)
+    try:
+        for pname, shard in (("w13", "w13"), ("w2", "w2")):
+            param = getattr(moe, f"{pname}_weight")
+            if loader == "fused":
+                stacked = torch.stack(
+                    [
+                        torch.cat([full_weight(e, "w1", hidden, inter), full_weight(e, "w3", hidden, inter)])
+                        for e in experts
+                    ]
+                    if pname == "w13"
+                    else [full_weight(e, "w2", hidden, inter) for e in experts]
+                )
+                moe.weight_loader_fused(param, stacked, f"{prefix}.{pname}_weight", shard)
+            else:
+                # uint8 MXFP4 blocks; every byte of expert e holds e + 1.
+                shape = (len(experts), *param.shape[1:])
+                stacked = (torch.arange(len(experts), dtype=torch.uint8) + 1).view(-1, 1, 1).expand(shape).clone()
+                moe.weight_loader(param, stacked, f"{prefix}.{pname}_weight", None, None)
+    except RuntimeError as exc:
+        result["error"] = str(exc).splitlines()[0]
+        return result
+    if loader == "fused":
+        result.update(decode_slots(moe.w13_weight.data, moe.w2_weight.data))
+    else:
+        result["num_slots"] = int(moe.w13_weight.shape[0])
+        result["slot_experts"] = [
+            [mxfp4_expert(getattr(moe, f"{p}_weight").data[k]) for p in ("w13", "w2")]
+            for k in range(moe.w13_weight.shape[0])
+        ]
+    return result
+
+
+def mxfp4_expert(block):
+    values = block.unique().tolist()
+    return values[0] - 1 if len(values) == 1 and values[0] > 0 else f"mixed:{values[:4]}"
 
 
 def describe(moe, calls):

@@ -62,7 +62,6 @@ from helpers import in_patch_test, run_probe, run_pytest
 
 HERE = Path(__file__).resolve().parent
 PROBE = HERE / "kt_remap_probe.py"
-STUBS = HERE / "kt_native_stubs"
 TARGET = "sglang-kt"
 UPSTREAM_TEST = Path("test/registered/unit/layers/moe/test_fused_moe_kt_weight_loader.py")
 
@@ -157,6 +156,16 @@ def _weight_cases():
     }
 
 
+def _fused_cases():
+    """name -> probe config (without `path`): all experts in one tensor, as gpt-oss loads."""
+    base = dict(num_routed_experts=8, strategy="explicit", hidden_size=64, intermediate_size=64)
+    return {
+        "fused": dict(base, loader="fused", gpu_experts=[1, 4, 6]),
+        "fused_all_gpu": dict(base, loader="fused", gpu_experts=list(range(8))),
+        "mxfp4": dict(base, loader="mxfp4", gpu_experts=[1, 4, 6]),
+    }
+
+
 def _nvfp4_cases():
     """name -> probe config (without `path`): NVFP4 scales through
     process_weights_after_loading, per MoE runner backend; `ref` is the same layer
@@ -177,7 +186,7 @@ WEIGHT_CASES = _weight_cases()
 
 
 def _cases():
-    both = {**WEIGHT_CASES, **_nvfp4_cases()}
+    both = {**WEIGHT_CASES, **_fused_cases(), **_nvfp4_cases()}
     return {f"{name}/{path}": dict(cfg, path=path) for name, cfg in both.items() for path in ("none", "trivial")}
 
 
@@ -399,6 +408,34 @@ def test_every_patched_weight_case_is_correct(results):
         assert slot_experts(res) == expected, name
 
 
+# ---------------------------------------------------------------- all experts at once
+
+
+def test_weight_loader_fused(results):
+    """weight_loader_fused (gpt-oss BF16/FP8): stock copies the [8, ...] tensor into
+    the 3 GPU slots and fails loudly (right only when every expert is on the GPU);
+    patched loads slot k from expert gpu_index_to_logical[k]."""
+    for path in ("none", "trivial"):
+        stock = results["stock"][f"fused/{path}"]
+        assert stock["error"].startswith("The size of tensor a (3) must match the size of tensor b (8)")
+        assert slot_experts(results["stock"][f"fused_all_gpu/{path}"]) == list(range(8))
+        assert slot_experts(results["patched"][f"fused_all_gpu/{path}"]) == list(range(8))
+        res = results["patched"][f"fused/{path}"]
+        assert "error" not in res and slot_experts(res) == [1, 4, 6]
+
+
+def test_mxfp4_all_experts_branch(results):
+    """weight_loader(expert_id=None) with the MXFP4 config (gpt-oss MXFP4):
+    Mxfp4MoEMethod has a row per local expert, so stock's copy succeeds and silently
+    leaves expert k in slot k; patched rows follow the KT slot order."""
+    for path in ("none", "trivial"):
+        stock = results["stock"][f"mxfp4/{path}"]
+        assert "error" not in stock and stock["gpu_index_to_logical"] == [1, 4, 6]
+        assert [w13 for w13, _ in stock["slot_experts"]] == list(range(8))
+        res = results["patched"][f"mxfp4/{path}"]
+        assert res["slot_experts"] == [[e, e] for e in (1, 4, 6, 0, 2, 3, 5, 7)]
+
+
 # ---------------------------------------------------------------- NVFP4 scales
 
 
@@ -477,7 +514,9 @@ def test_nvfp4_stock(results):
 
 
 def _run_upstream_test(root, test_file):
-    return run_pytest([root, STUBS], test_file, test_file.parent, plugins=("kt_cpu_stubs",))
+    """The patch's own test, as the fork's CPU CI runs it: no project stand-ins (the
+    test stands in for the CUDA natives itself)."""
+    return run_pytest([root], test_file, test_file.parent)
 
 
 def test_upstream_unit_test_passes_on_patched(patched_root):
