@@ -326,29 +326,18 @@ def load_experts(moe, cfg, layer_id):
 def load_all_experts_at_once(moe, cfg, layer_id, loader):
     """Load w13/w2 as one tensor of all local experts, as gpt-oss does: `fused`
     through weight_loader_fused (BF16/FP8 checkpoints), `mxfp4` through
-    weight_loader(expert_id=None) with the MXFP4 config (its static branch)."""
+    weight_loader(expert_id=None) with the MXFP4 config (its static branch). A
+    RuntimeError from the loader is reported, not raised."""
     prefix = f"model.layers.{layer_id}.mlp.experts"
-    hidden, inter = cfg.get("hidden_size", 8), cfg.get("intermediate_size", 8)
-    experts = range(moe.num_local_experts)
     result = describe(moe, 2)
     try:
-        for pname, shard in (("w13", "w13"), ("w2", "w2")):
+        for pname in ("w13", "w2"):
             param = getattr(moe, f"{pname}_weight")
+            name = f"{prefix}.{pname}_weight"
             if loader == "fused":
-                stacked = torch.stack(
-                    [
-                        torch.cat([full_weight(e, "w1", hidden, inter), full_weight(e, "w3", hidden, inter)])
-                        for e in experts
-                    ]
-                    if pname == "w13"
-                    else [full_weight(e, "w2", hidden, inter) for e in experts]
-                )
-                moe.weight_loader_fused(param, stacked, f"{prefix}.{pname}_weight", shard)
+                moe.weight_loader_fused(param, fused_weight(moe, cfg, pname), name, pname)
             else:
-                # uint8 MXFP4 blocks; every byte of expert e holds e + 1.
-                shape = (len(experts), *param.shape[1:])
-                stacked = (torch.arange(len(experts), dtype=torch.uint8) + 1).view(-1, 1, 1).expand(shape).clone()
-                moe.weight_loader(param, stacked, f"{prefix}.{pname}_weight", None, None)
+                moe.weight_loader(param, mxfp4_blocks(moe, param), name, None, None)
     except RuntimeError as exc:
         result["error"] = str(exc).splitlines()[0]
         return result
@@ -361,6 +350,21 @@ def load_all_experts_at_once(moe, cfg, layer_id, loader):
             for k in range(moe.w13_weight.shape[0])
         ]
     return result
+
+
+def fused_weight(moe, cfg, pname):
+    """[local experts, ...] of full_weight()s: w13 = w1 rows then w3 rows."""
+    hidden, inter = cfg.get("hidden_size", 8), cfg.get("intermediate_size", 8)
+    shards = ("w1", "w3") if pname == "w13" else ("w2",)
+    return torch.stack(
+        [torch.cat([full_weight(e, s, hidden, inter) for s in shards]) for e in range(moe.num_local_experts)]
+    )
+
+
+def mxfp4_blocks(moe, param):
+    """uint8 MXFP4 blocks of every local expert; every byte of expert e holds e + 1."""
+    shape = (moe.num_local_experts, *param.shape[1:])
+    return (torch.arange(moe.num_local_experts, dtype=torch.uint8) + 1).view(-1, 1, 1).expand(shape).clone()
 
 
 def mxfp4_expert(block):
@@ -379,6 +383,7 @@ def describe(moe, calls):
         "gpu_index_to_logical": [int(i) for i in kt.gpu_index_to_logical],
         "mask_len": int(kt.gpu_experts_mask.numel()),
         "mask_is_prefix": is_prefix(kt.gpu_experts_mask),
+        "gpu_experts_per_layer": kt_ep_wrapper._KT_GPU_EXPERTS_MASKS.sum(dim=1).tolist(),
         "layer_id": moe.layer_id,
         "num_local_experts": moe.num_local_experts,
         "moe_tp_rank": moe.moe_tp_rank,

@@ -47,8 +47,16 @@ EP > 1: sglang-kt 0.7.2 does not reject KT with ``--ep-size > 1``. Its
 ``KTEPWrapperMethod.apply`` masks/remaps them, so on an EP rank the KT tables are
 indexed by local ids; the loader (stock metadata path, and both paths after the
 patch) does the same, and the test checks that agreement. The per-layer mask is built
-over global ids, so mask entries at or past ``num_local_experts`` are never reachable
-on any rank; that is a limitation of the fork's KT+EP design, outside this patch.
+over global ids, so entries at or past the rank's routed-expert count are reachable
+only by the fused shared experts, whose local ids start there: a shared expert gets
+a GPU slot when that entry is set, on stock and patched alike. That, and the mask
+covering global ids at all, are the fork's KT+EP design, outside this patch.
+
+Strategies: ``random`` and ``frequency`` give non-prefix masks; so does ``frequency``
+without an ``--init-expert-location`` file: the fork logs a "uniform distribution
+fallback", but kt-kernel's ``generate_gpu_experts_masks`` takes ``torch.topk`` over
+equal frequencies of all layers at once, whose ties pick neither a prefix nor an
+even split per layer (here: 12 GPU experts in layer 2, none in layers 1 and 3).
 """
 
 import json
@@ -390,6 +398,8 @@ def test_frequency_without_a_file_is_not_a_prefix(results):
     # give a non-prefix set, so stock is wrong without metadata here too.
     patched = results["patched"]["frequency_no_file/none"]
     assert not patched["mask_is_prefix"]
+    # 4 per MoE layer were asked for (layer 0 is dense, all GPU).
+    assert patched["gpu_experts_per_layer"] == [16, 0, 12, 0]
     for path in ("none", "trivial"):
         assert_correct(results["patched"][f"frequency_no_file/{path}"])
     stock = results["stock"]["frequency_no_file/none"]
