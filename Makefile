@@ -5,7 +5,7 @@ SHELL := /bin/bash
 TOOL := .venv/bin/sgl-overlay
 PYTEST := -m pytest -q -p no:cacheprovider
 
-.PHONY: all venvs trees wheels lint test test-tool test-sglang test-sglang-kt test-kernel test-wheels test-launch matrix k3-grid clean
+.PHONY: all venvs trees wheels lint test test-tool test-style test-sglang test-sglang-kt test-kernel test-wheels test-launch matrix k3-grid clean
 
 all: trees wheels
 
@@ -24,7 +24,7 @@ wheels: trees venvs
 	$(TOOL) wheels --out dist
 	.venvs/sglang/bin/python -m pip wheel -q --no-deps --no-build-isolation -w dist ./sgl_kernel_ext
 
-test: lint venvs trees test-tool test-sglang test-sglang-kt test-kernel test-wheels test-launch
+test: lint venvs trees test-tool test-style test-sglang test-sglang-kt test-kernel test-wheels test-launch
 
 # ruff.toml: one format and lint configuration for the tool, the tests and the benchmarks.
 LINTED := python tests benchmarks
@@ -34,6 +34,10 @@ lint: $(TOOL)
 
 test-tool: $(TOOL)
 	.venv/bin/python $(PYTEST) tests/tool
+
+# upstream's pre-commit hooks (isort, black, clang-format, codespell) on what every series changes
+test-style: venvs trees
+	.venvs/sglang/bin/python $(PYTEST) tests/style
 
 test-sglang: venvs trees
 	.venvs/sglang/bin/python $(PYTEST) tests/sglang
