@@ -3,12 +3,12 @@
 Used to run sgl-kernel's own test file (sgl-kernel/tests/test_copy.py, patched)
 against sgl_kernel_ext: the real sgl-kernel wheel is not installed where the
 GPU tests run, so `import sgl_kernel` and `from sgl_kernel.elementwise import
-copy_to_gpu_no_ce` must resolve to the extension. The names are bound to what the
-sglang plugin installs in production (`sgl_kernel_ext.sglang_plugin.replacement()`,
-and `list_replacement()` for `copy_list_to_gpu_no_ce`, which the patched test file
-imports from there as upstream's wrapper would be named), so the upstream test runs
-the exact call path sglang gets. This shim is that
-routing and nothing else: the kernel code is the patch's post-image copy.cu.
+copy_to_gpu_no_ce` must resolve to the extension. `copy_to_gpu_no_ce` is what the
+sglang plugin installs in production (`sgl_kernel_ext.sglang_plugin.replacement()`);
+`copy_list_to_gpu_no_ce` is the registered op, as sgl-kernel's patched
+python/sgl_kernel/elementwise.py calls it
+(`torch.ops.<namespace>.copy_list_to_gpu_no_ce.default`). This shim is that routing and
+nothing else: the kernel code is the patch's post-image copy.cu.
 """
 
 from __future__ import annotations
@@ -28,10 +28,14 @@ except ImportError:
 from sgl_kernel.elementwise import copy_list_to_gpu_no_ce, copy_to_gpu_no_ce  # noqa: E402,F401
 '''
 
-ELEMENTWISE = """from sgl_kernel_ext.sglang_plugin import list_replacement, replacement
+ELEMENTWISE = """import torch
+from sgl_kernel_ext.sglang_plugin import replacement
 
 copy_to_gpu_no_ce = replacement()
-copy_list_to_gpu_no_ce = list_replacement()
+
+
+def copy_list_to_gpu_no_ce(values):
+    return torch.ops.sgl_kernel_ext.copy_list_to_gpu_no_ce.default(values)
 """
 
 
