@@ -295,7 +295,7 @@ def test_upstream_test_file_against_extension(ext, build_dir, tmp_path, monkeypa
     upstream_test = tree / kp.TEST_COPY
     # the patched file is the one the patch adds lines to, not the 2-size original
     assert "[16, 17, 32, 64, 72, 512]" in upstream_test.read_text()
-    shim = write_shim(tmp_path / "shim")
+    shim = write_shim(tmp_path / "shim", kp.image("new", kp.ELEMENTWISE_PY).decode())
     if not os.environ.get("SGL_KERNEL_EXT_BUILD_DIR"):
         monkeypatch.setenv("SGL_KERNEL_EXT_BUILD_DIR", str(build_dir / "post"))
     proc = run_pytest([shim, Path(_ext_import_dir())], upstream_test, tree)
