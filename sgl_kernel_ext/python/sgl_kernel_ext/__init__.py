@@ -29,13 +29,15 @@ from pathlib import Path
 
 import torch
 
+from ._build import copy_max_n
+
 __all__ = [
     "NAMESPACE",
-    "list_copier",
     "MAX_N",
     "copy_to_gpu_no_ce",
     "copy_to_gpu_no_ce_fallback",
     "copy_list_to_gpu_no_ce",
+    "list_copier",
     "list_entry_point",
     "ensure_loaded",
     "load_jit",
@@ -67,8 +69,6 @@ def source_dir() -> Path:
             return candidate
     raise FileNotFoundError(f"copy.cu/registration.cc not found next to {here}")
 
-
-from ._build import copy_max_n  # noqa: E402
 
 MAX_N = copy_max_n(source_dir() / "copy.cu")  # copy.cu's kCopyToGpuNoCeMaxN
 
