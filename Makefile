@@ -32,8 +32,8 @@ endef
 wheels: trees venvs
 	$(call build_dist,.venvs/sglang/bin/python)
 
-# dist/ only, without the test venvs: the tool's .venv and .venvs/kernel-py312 (torch alone, ~5 GB),
-# whose torch is sglang 0.5.23's.
+# dist/ only, without the sglang and sglang-kt venvs: the tool's .venv and .venvs/kernel-py312 (torch
+# alone, sglang 0.5.23's, 5.4 GB) to build the extension.
 wheels-only: trees
 	scripts/setup_venvs.sh kernel-py312
 	$(call build_dist,.venvs/kernel-py312/bin/python)
