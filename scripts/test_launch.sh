@@ -3,7 +3,7 @@
 # stock sglang with its full dependency set, the patched twin, sgl_kernel_ext, the tool, doctor (which
 # must find every fix). Then `pip show` carries the local label and `python -m sglang.launch_server
 # --help` imports beside the real dependencies.
-# Measured here: ~3 min and ~11 GB (torch 2.14.1 CUDA build, flashinfer, cutlass-dsl, ...).
+# ~11 GB (torch 2.14.1 CUDA build, flashinfer, cutlass-dsl, ...); 15 min on a loaded 2-core machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
