@@ -3,7 +3,8 @@
 # image: its python3 is the venv's, its sglang the stock pinned wheel (installed --no-deps: what the
 # step reads is the installed files, not the image's dependency set), its working folder holds dist/
 # where the COPY puts it. Then `pip show` carries the local label, and README.md quotes the Dockerfile
-# verbatim. Outside the repository, 20-60 s (most of it installing sglang twice), ~250 MB, removed after.
+# verbatim. Outside the repository; 1-3 min on a loaded 2-core machine (most of it installing sglang
+# twice), ~250 MB, removed after.
 set -euo pipefail
 export PIP_NO_COMPILE=1   # byte-compiling sglang takes most of the time and checks nothing here
 cd "$(dirname "$0")/.."
