@@ -5,7 +5,7 @@ SHELL := /bin/bash
 TOOL := .venv/bin/sgl-overlay
 PYTEST := -m pytest -q -p no:cacheprovider
 
-.PHONY: all venvs trees wheels lint test test-tool test-sglang test-sglang-kt test-kernel test-wheels test-launch matrix k3-grid clean
+.PHONY: all venvs trees wheels wheels-only lint test test-tool test-style test-sglang test-sglang-kt test-kernel test-wheels test-launch test-image matrix k3-grid clean
 
 all: trees wheels
 
@@ -20,11 +20,25 @@ trees: $(TOOL)
 	$(TOOL) apply
 	$(TOOL) verify
 
-wheels: trees venvs
+# dist/: the patched sglang / sglang-kt wheels, the tool's wheel (with a copy of patches/; python/build is
+# removed first so that no file deleted from patches/ ships) and sgl_kernel_ext, built by $(1) (a Python
+# with the torch it is for, setuptools and nvcc on PATH).
+define build_dist
 	$(TOOL) wheels --out dist
-	.venvs/sglang/bin/python -m pip wheel -q --no-deps --no-build-isolation -w dist ./sgl_kernel_ext
+	rm -rf python/build && .venv/bin/python -m pip wheel -q --no-deps -w dist ./python && rm -rf python/build
+	$(1) -m pip wheel -q --no-deps --no-build-isolation -w dist ./sgl_kernel_ext
+endef
 
-test: lint venvs trees test-tool test-sglang test-sglang-kt test-kernel test-wheels test-launch
+wheels: trees venvs
+	$(call build_dist,.venvs/sglang/bin/python)
+
+# dist/ only, without the sglang and sglang-kt venvs: the tool's .venv and .venvs/kernel-py312 (torch
+# alone, sglang 0.5.23's, 5.4 GB) to build the extension.
+wheels-only: trees
+	scripts/setup_venvs.sh kernel-py312
+	$(call build_dist,.venvs/kernel-py312/bin/python)
+
+test: lint venvs trees test-tool test-style test-sglang test-sglang-kt test-kernel test-wheels test-launch test-image
 
 # ruff.toml: one format and lint configuration for the tool, the tests and the benchmarks.
 LINTED := python tests benchmarks
@@ -34,6 +48,10 @@ lint: $(TOOL)
 
 test-tool: $(TOOL)
 	.venv/bin/python $(PYTEST) tests/tool
+
+# upstream's pre-commit hooks (isort, black, clang-format, codespell) on what every series changes
+test-style: venvs trees
+	.venvs/sglang/bin/python $(PYTEST) tests/style
 
 test-sglang: venvs trees
 	.venvs/sglang/bin/python $(PYTEST) tests/sglang
@@ -57,9 +75,14 @@ test-wheels: wheels
 	SGL_OVERLAY_STOCK_ROOT_SGLANG_KT=$(INSTALLED)/stock-sglang-kt SGL_OVERLAY_PATCHED_ROOT_SGLANG_KT=$(INSTALLED)/patched-sglang-kt \
 	  .venvs/sglang-kt/bin/python $(PYTEST) tests/sglang_kt
 
-# The patched wheel with its full dependency set, installed as the README says, and the launch command.
+# README.md's "Installing on a GPU box" commands, as written, in a fresh venv (full dependency set), and
+# the launch command.
 test-launch: wheels
 	scripts/test_launch.sh
+
+# docker/Dockerfile's RUN step, as written, in a clean venv standing in for the lmsysorg/sglang image.
+test-image: wheels
+	docker/test_in_venv.sh
 
 matrix: trees
 	$(TOOL) matrix

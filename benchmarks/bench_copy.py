@@ -8,17 +8,22 @@ For N in {16, 17, 32, 64, 72, 128, 256, 512}, one process times these methods
                    (exact kernel at 16/32/64/72, the fallback otherwise)
   op_again         the same op in a second slot of every block: the A/A control
   fallback         the fallback kernel forced at the same N (benchmark-only op)
+  stock_op         --variant stock=COPY_CU: stock's copy.cu (the pre-image) built beside
+                   it, at 32/64/72 (its only lengths); op/stock_op: the patch's cost
+  old_op           --variant old=COPY_CU: an earlier post-image, for attribution
   caller_no_ce     sglang 0.5.23's copy_list_to_gpu_no_ce body: torch.tensor(list)
                    + empty_like(device="cuda") + op
   caller_pinned    the caller's copy-engine branch: torch.tensor(list, int32,
                    pin_memory=True).cuda(non_blocking=True)
   list_dispatcher  torch.ops.sgl_kernel_ext.copy_list_to_gpu_no_ce(list): the int[]
                    op through the dispatcher (output allocated in C++)
-  frombuffer       torch.frombuffer(array("i", list)) + empty(device="cuda") + op
-  fast_no_ce       what the sglang plugin installs for copy_list_to_gpu_no_ce:
-                   sgl_kernel_ext._C.copy_list_to_gpu_no_ce(list), the list read in C++
-  fast_pinned      what it installs for the copy-engine branch (copy_list_to_gpu): a
-                   Python wrapper that checks the length, then the same C function
+  c_type           sgl_kernel_ext.list_entry_point(), the C type the plugin installs,
+                   called directly (the list read in C++, one launch)
+  c_type_wrapped   the same behind sglang's HookRegistry wrapper for a REPLACE
+                   function (hook_registry._wrap_fn): what a function hook would cost
+  sglang_no_ce     with --sglang-root: the runner's copy_list_to_gpu_no_ce as a server
+  sglang_pinned    calls them (and copy_list_to_gpu) after sglang's own load_plugins()
+                   ran the installed plugin (benchmarks/sglang_path.py)
 
 Design: B blocks per N; in each block every method runs --calls calls in an order
 shuffled with a fixed seed, so all methods share each block's machine state. Host
@@ -47,7 +52,6 @@ Markdown, PNG.
 from __future__ import annotations
 
 import argparse
-import array
 import datetime as _dt
 import json
 import os
@@ -62,28 +66,37 @@ from pathlib import Path
 
 SIZES = (16, 17, 32, 64, 72, 128, 256, 512)
 EXACT = (16, 32, 64, 72)
+STOCK_SIZES = (32, 64, 72)  # the lengths stock's copy.cu has kernels for
 METHODS = (
     "op",
     "op_again",
     "fallback",
+    "stock_op",
+    "old_op",
     "caller_no_ce",
     "caller_pinned",
     "list_dispatcher",
-    "frombuffer",
-    "fast_no_ce",
-    "fast_pinned",
+    "c_type",
+    "c_type_wrapped",
+    "sglang_no_ce",
+    "sglang_pinned",
 )
 # (numerator, denominator) ratios reported per N
 RATIOS = (
     ("op_again", "op"),
     ("fallback", "op"),
+    ("op", "stock_op"),
+    ("old_op", "stock_op"),
     ("caller_no_ce", "op"),
     ("caller_pinned", "op"),
     ("list_dispatcher", "op"),
-    ("frombuffer", "op"),
-    ("fast_no_ce", "op"),
-    ("fast_pinned", "op"),
+    ("c_type", "op"),
+    ("c_type_wrapped", "op"),
+    ("sglang_no_ce", "op"),
+    ("sglang_pinned", "op"),
 )
+# the paths sglang runs with the plugin, against CALLER_TARGET
+TARGETED = ("sglang_no_ce/op", "sglang_pinned/op", "c_type/op")
 CALLER_TARGET = 1.3  # new caller path / bare op
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
@@ -152,7 +165,7 @@ def analyse(results: dict, resamples: int, seed: int) -> dict:
             row["fallback_vs_exact"] = verdict(
                 row["ratios"]["fallback/op"]["host_us"], row["ratios"]["op_again/op"]["host_us"]
             )
-        for name in ("fast_no_ce/op", "fast_pinned/op"):
+        for name in TARGETED:
             if name in row["ratios"]:
                 row["ratios"][name]["meets_target"] = row["ratios"][name]["host_us"]["median"] <= CALLER_TARGET
     return results
@@ -188,7 +201,7 @@ def to_markdown(report: dict) -> str:
             f"{row['summary'][meth]['host_us']['median']:.2f}" if meth in row["summary"] else "-" for meth in METHODS
         ]
         lines.append(f"| {key}{' (exact)' if int(key) in EXACT else ''} | " + " | ".join(cells) + " |")
-    lines += ["", "## Paired ratios to the bare op, host clock: median [95 % CI]", ""]
+    lines += ["", "## Paired ratios, host clock: median [95 % CI]", ""]
     names = [f"{a}/{b}" for a, b in RATIOS]
     lines += ["| N | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for key, row in report["results"].items():
@@ -200,10 +213,24 @@ def to_markdown(report: dict) -> str:
             dev = row["ratios"]["fallback/op"].get("device_us")
             extra = f"; device events {_fmt_ratio(dev)}" if dev else ""
             lines.append(f"- N = {key}: {row['fallback_vs_exact']}{extra}")
-    lines += ["", f"## New caller path / bare op (target ≤ {CALLER_TARGET})", ""]
+    lines += ["", "## The patched op / stock's op (host clock), against the A/A control", ""]
+    for key, row in report["results"].items():
+        if "op/stock_op" in row["ratios"]:
+            aa = row["ratios"]["op_again/op"]["host_us"]
+            lines.append(
+                f"- N = {key}: {_fmt_ratio(row['ratios']['op/stock_op']['host_us'])} "
+                f"(A/A {_fmt_ratio(aa)}; old_op/stock_op "
+                + (
+                    _fmt_ratio(row["ratios"]["old_op/stock_op"]["host_us"])
+                    if "old_op/stock_op" in row["ratios"]
+                    else "-"
+                )
+                + ")"
+            )
+    lines += ["", f"## Caller paths / bare op (target ≤ {CALLER_TARGET})", ""]
     for key, row in report["results"].items():
         parts = []
-        for name in ("fast_no_ce/op", "fast_pinned/op"):
+        for name in TARGETED:
             if name in row["ratios"]:
                 e = row["ratios"][name]
                 parts.append(f"{name} {_fmt_ratio(e['host_us'])} {'met' if e['meets_target'] else 'NOT met'}")
@@ -244,7 +271,7 @@ def plot(report: dict, path: Path) -> None:
     ax1.set_ylabel("host µs per call (median over blocks)")
     ax1.legend(fontsize=7)
     ax1.grid(alpha=0.3)
-    for name in ("op_again/op", "fallback/op", "fast_no_ce/op", "fast_pinned/op"):
+    for name in ("op_again/op", "fallback/op", "op/stock_op", "c_type/op", "sglang_no_ce/op", "sglang_pinned/op"):
         meds, los, his = [], [], []
         for n in sizes:
             e = report["results"][str(n)]["ratios"].get(name, {}).get("host_us")
@@ -343,29 +370,95 @@ def import_ext():
     return sgl_kernel_ext
 
 
-def make_calls(torch, ext, n: int) -> tuple[dict, dict]:
-    """method -> zero-argument call for length n, and a state dict holding the
-    current values and each method's last output (for the check)."""
-    from sgl_kernel_ext.sglang_plugin import pinned_replacement
+VARIANT_REGISTRATION = """#include <ATen/core/Tensor.h>
+#include <torch/library.h>
 
+void copy_to_gpu_no_ce(const at::Tensor& input, at::Tensor& output);
+
+TORCH_LIBRARY(sgl_kernel_ext_{name}, m) {{
+  m.def("copy_to_gpu_no_ce(Tensor input, Tensor! output) -> ()");
+  m.impl("copy_to_gpu_no_ce", c10::kCUDA, &copy_to_gpu_no_ce);
+}}
+"""
+
+
+def build_variant(name: str, copy_cu: Path, build_dir: Path):
+    """Another copy.cu (e.g. stock's) built with the extension's flags, registered as
+    torch.ops.sgl_kernel_ext_<name>.copy_to_gpu_no_ce with sgl-kernel's schema. Each
+    library binds its own copy_to_gpu_no_ce (-Bsymbolic)."""
+    import torch
+    import torch.utils.cpp_extension as cpp_extension
+
+    from sgl_kernel_ext._build import prepare
+
+    work = build_dir / name
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "copy.cu").write_bytes(Path(copy_cu).read_bytes())
+    (work / "registration.cc").write_text(VARIANT_REGISTRATION.format(name=name))
+    cxx, nvcc, include_dirs = prepare()
+    cpp_extension.load(
+        name=f"sgl_kernel_ext_{name}",
+        sources=[str(work / "copy.cu"), str(work / "registration.cc")],
+        extra_cflags=cxx,
+        extra_cuda_cflags=nvcc,
+        extra_ldflags=["-Wl,-Bsymbolic"],
+        extra_include_paths=include_dirs,
+        build_directory=str(work),
+        is_python_module=False,
+    )
+    return getattr(torch.ops, f"sgl_kernel_ext_{name}").copy_to_gpu_no_ce
+
+
+def sglang_callers(ext, sglang_root: Path | None, stock_op) -> tuple[dict, dict]:
+    """The runner's two callers after sglang's own load_plugins() (benchmarks/sglang_path.py),
+    and the hooks its registry holds; empty without a sglang tree."""
+    if sglang_root is None:
+        return {}, {}
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import sglang_path
+
+    runner = sglang_path.install(sglang_root, stock_op)
+    hooks = sglang_path.load_plugins()
+    from sglang.srt.plugins.hook_registry import HookType, _wrap_fn
+
+    callers = {"sglang_no_ce": runner.copy_list_to_gpu_no_ce}
+    if hasattr(runner, "copy_list_to_gpu"):
+        callers["sglang_pinned"] = runner.copy_list_to_gpu
+    installed = {
+        name: {
+            "type": type(fn).__name__,
+            "qualname": getattr(fn, "__qualname__", ""),
+            "is_c_type": isinstance(fn, type),
+        }
+        for name, fn in callers.items()
+    }
+    # the same C type behind the registry's own wrapper for a REPLACE function
+    callers["c_type_wrapped"] = _wrap_fn(ext.list_entry_point().__wrapped__, ext.list_entry_point(), HookType.REPLACE)
+    return callers, {"hooks": hooks, "installed": installed}
+
+
+def make_calls(torch, ext, n: int, extra: dict) -> tuple[dict, dict]:
+    """method -> zero-argument call for length n, and a state dict holding the
+    current values and each method's last output (for the check). ``extra``: the
+    variant ops (stock_op, old_op) and the sglang callers, where present."""
     i32 = torch.int32
     ops = torch.ops.sgl_kernel_ext
     op, fallback, list_op = ops.copy_to_gpu_no_ce, ops.copy_to_gpu_no_ce_fallback, ops.copy_list_to_gpu_no_ce
-    fast = ext.list_entry_point()
-
-    def stock_pinned(arr):
-        return torch.tensor(arr, dtype=i32, pin_memory=True, device="cpu").cuda(non_blocking=True)
-
-    fast_pinned = pinned_replacement(stock_pinned)
+    c_type = ext.list_entry_point()
     st = {"values": [0] * n, "cpu": torch.zeros(n, dtype=i32), "out": {}}
-    outs = {m: torch.empty(n, dtype=i32, device="cuda") for m in ("op", "op_again", "fallback")}
 
     def bare(fn, name):
-        out = outs[name]
+        out = torch.empty(n, dtype=i32, device="cuda")
 
         def call():
             fn(st["cpu"], out)
             st["out"][name] = out
+
+        return call
+
+    def returning(fn, name):
+        def call():
+            st["out"][name] = fn(st["values"])
 
         return call
 
@@ -376,22 +469,9 @@ def make_calls(torch, ext, n: int) -> tuple[dict, dict]:
         st["out"]["caller_no_ce"] = g
 
     def caller_pinned():
-        st["out"]["caller_pinned"] = stock_pinned(st["values"])
-
-    def list_dispatcher():
-        st["out"]["list_dispatcher"] = list_op(st["values"])
-
-    def frombuffer():
-        t = torch.frombuffer(array.array("i", st["values"]), dtype=i32)
-        g = torch.empty(n, dtype=i32, device="cuda")
-        op(t, g)
-        st["out"]["frombuffer"] = g
-
-    def fast_no_ce():
-        st["out"]["fast_no_ce"] = fast(st["values"])
-
-    def fast_pinned_call():
-        st["out"]["fast_pinned"] = fast_pinned(st["values"])
+        st["out"]["caller_pinned"] = torch.tensor(st["values"], dtype=i32, pin_memory=True, device="cpu").cuda(
+            non_blocking=True
+        )
 
     calls = {
         "op": bare(op, "op"),
@@ -399,11 +479,13 @@ def make_calls(torch, ext, n: int) -> tuple[dict, dict]:
         "fallback": bare(fallback, "fallback"),
         "caller_no_ce": caller_no_ce,
         "caller_pinned": caller_pinned,
-        "list_dispatcher": list_dispatcher,
-        "frombuffer": frombuffer,
-        "fast_no_ce": fast_no_ce,
-        "fast_pinned": fast_pinned_call,
+        "list_dispatcher": returning(list_op, "list_dispatcher"),
+        "c_type": returning(c_type, "c_type"),
     }
+    for name, fn in extra.items():
+        if name == "stock_op" and n not in STOCK_SIZES:
+            continue  # stock's copy.cu has kernels for these lengths only
+        calls[name] = bare(fn, name) if name.endswith("_op") else returning(fn, name)
     return calls, st
 
 
@@ -424,11 +506,16 @@ def _timed(torch, call, calls: int, start, end) -> tuple[float, float]:
 VALUE_RANGES = {"full": (INT32_MIN, INT32_MAX), "counts": (0, 8191)}
 
 
+def max_n() -> int:
+    """copy.cu's length bound (sgl_kernel_ext.MAX_N, read from copy.cu)."""
+    return import_ext().MAX_N
+
+
 def run_blocks(
-    torch, ext, n: int, blocks: int, calls: int, warmup: int, rng: random.Random, values: str = "full"
+    torch, ext, n: int, blocks: int, calls: int, warmup: int, rng: random.Random, values: str, extra: dict
 ) -> tuple[list[dict], list[str]]:
     lo, hi = VALUE_RANGES[values]
-    fns, st = make_calls(torch, ext, n)
+    fns, st = make_calls(torch, ext, n, extra)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for fn in fns.values():
         for _ in range(warmup):
@@ -440,14 +527,14 @@ def run_blocks(
         st["cpu"].copy_(torch.tensor(st["values"], dtype=torch.int32))
         for t in st["out"].values():
             t.fill_(-1)  # poison: every method must rewrite its output
-        order = list(METHODS)
+        order = [m for m in METHODS if m in fns]
         rng.shuffle(order)
         block = {"order": order}
         for meth in order:
             host, dev = _timed(torch, fns[meth], calls, start, end)
             block[meth] = {"host_us": host, "device_us": dev}
         torch.cuda.synchronize()
-        for meth in METHODS:
+        for meth in order:
             got = st["out"][meth]
             if got.dtype != torch.int32 or got.device.type != "cuda" or got.cpu().tolist() != st["values"]:
                 errors.append(f"N={n} block {b}: {meth} gave a wrong result")
@@ -487,6 +574,14 @@ def run_gpu(args) -> dict:
     how = ext.load_jit(build_directory=args.jit) if args.jit else ext.ensure_loaded()
     print(f"sgl_kernel_ext: {how} ({ext.__file__})", flush=True)
     machine = machine_info(torch)
+    extra = {}
+    build_dir = Path(args.variant_build_dir)
+    for spec in args.variant:
+        name, _, path = spec.partition("=")
+        extra[f"{name}_op"] = build_variant(name, Path(path), build_dir)
+    callers, plugin = sglang_callers(ext, args.sglang_root, extra.get("stock_op", ext.copy_to_gpu_no_ce))
+    extra.update(callers)
+    print("sglang path:", json.dumps(plugin), flush=True)
     rng = random.Random(args.seed)
     t_end = time.time() + args.warmup_seconds
     x = torch.zeros(16, dtype=torch.int32)
@@ -497,13 +592,14 @@ def run_gpu(args) -> dict:
         torch.cuda.synchronize()
     results, errors = {}, []
     for n in args.sizes:
-        blocks, errs = run_blocks(torch, ext, n, args.blocks, args.calls, args.warmup, rng, args.values)
+        blocks, errs = run_blocks(torch, ext, n, args.blocks, args.calls, args.warmup, rng, args.values, extra)
         results[str(n)] = {"blocks": blocks}
         errors += errs
-        med = {m: statistics.median(b[m]["host_us"] for b in blocks) for m in METHODS}
+        med = {m: statistics.median(b[m]["host_us"] for b in blocks) for m in METHODS if m in blocks[0]}
         print(f"N={n}: " + " ".join(f"{m}={v:.2f}" for m, v in med.items()), flush=True)
     profile = profile_kernels(torch, args.sizes, args.profile_calls) if args.profile else None
     machine["clocks_end"] = clocks()
+    machine["sglang_path"] = plugin
     return build_report(machine, args, results, errors, profile)
 
 
@@ -532,20 +628,23 @@ def run_smoke(args) -> dict:
         "op": 6.0,
         "op_again": 6.0,
         "fallback": 6.1,
+        "stock_op": 5.9,
+        "old_op": 6.2,
         "caller_no_ce": 14.0,
         "caller_pinned": 15.0,
         "list_dispatcher": 9.0,
-        "frombuffer": 12.0,
-        "fast_no_ce": 6.5,
-        "fast_pinned": 6.7,
+        "c_type": 6.5,
+        "c_type_wrapped": 6.7,
+        "sglang_no_ce": 6.5,
+        "sglang_pinned": 6.6,
     }
     results = {}
     for n in args.sizes:
         blocks = []
         for _ in range(args.blocks):
             drift = rng.uniform(0.9, 1.1)  # shared by the block: what pairing removes
-            block = {"order": list(METHODS)}
-            for m in METHODS:
+            block = {"order": [m for m in METHODS if m != "stock_op" or n in STOCK_SIZES]}
+            for m in block["order"]:
                 v = base[m] * drift * rng.uniform(0.98, 1.02)
                 block[m] = {"host_us": v, "device_us": v}
             blocks.append(block)
@@ -567,6 +666,19 @@ def parse_args(argv=None):
     p.add_argument("--profile", action="store_true", help="device-side kernel durations (torch.profiler)")
     p.add_argument("--profile-calls", type=int, default=200)
     p.add_argument("--jit", metavar="BUILD_DIR", help="build the extension on the fly into BUILD_DIR")
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=COPY_CU",
+        help="also time another copy.cu's op as NAME_op (stock: the pre-image, timed at 32/64/72; old: an earlier post-image)",
+    )
+    p.add_argument("--variant-build-dir", default="/tmp/sgl_kernel_ext_variants")
+    p.add_argument(
+        "--sglang-root",
+        type=Path,
+        help="a sglang tree's python/ (build/trees/sglang/python): time the callers after its own load_plugins()",
+    )
     p.add_argument("--out-dir", default=str(Path(__file__).resolve().parent / "results"))
     p.add_argument("--stem", default="bench_copy")
     p.add_argument("--smoke", action="store_true", help="no GPU: synthetic samples through the report code")
@@ -574,8 +686,8 @@ def parse_args(argv=None):
     for name in ("blocks", "calls", "bootstrap"):
         if getattr(args, name) < (2 if name == "blocks" else 1):
             p.error(f"--{name} is too small")
-    if any(not 1 <= n <= 512 for n in args.sizes):
-        p.error("--sizes must be in 1..512")
+    if any(not 1 <= n <= max_n() for n in args.sizes):
+        p.error(f"--sizes must be in 1..{max_n()}")
     return args
 
 

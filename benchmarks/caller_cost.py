@@ -47,8 +47,8 @@ MODELS = (
     ),
 )
 BRANCHES = (
-    ("no copy engine (CPU OffloaderV2)", "caller_no_ce", "fast_no_ce"),
-    ("copy engine (default)", "caller_pinned", "fast_pinned"),
+    ("no copy engine (CPU OffloaderV2)", "caller_no_ce", "sglang_no_ce"),
+    ("copy engine (default)", "caller_pinned", "sglang_pinned"),
 )
 
 

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # One device call for the copy_to_gpu_no_ce patches, on an H200: build the sgl_kernel_ext
 # wheel (cp310-abi3, pip wheel --no-build-isolation) and install it, list its machine code
-# (cuobjdump), run tests/kernel (GPU tests incl. the patched upstream test file and the
-# unpatched pre-image failing at N=16, drift, bench smoke), the GPU tests again under
-# compute-sanitizer memcheck, then benchmarks/bench_copy.py (paired blocks + profiler) with
-# full-range values and with per-expert counts (outputs in $OUT/bench.tar), and with NCU=1
-# Nsight Compute kernel durations (SKIP_TESTS=1 / SKIP_BENCH=1 skip the tests / benchmarks;
-# RELEASE_ARCHS and CARRIED_WHEEL below).
-# The tests read both images from build/trees/sgl-kernel (`make trees`), so carry it:
-#   device run: command "bash scripts/gpu_kernel.sh", carry ["build/trees/sgl-kernel"]
+# (cuobjdump), run tests/kernel (GPU tests incl. the patched upstream test file, the
+# differential test of every list entry point and the unpatched pre-image failing at N=16,
+# drift, bench smoke), the GPU tests again under compute-sanitizer memcheck, then
+# benchmarks/bench_copy.py (paired blocks + profiler) with per-expert counts and with
+# full-range values, beside stock's copy.cu and an earlier post-image (VARIANT_OLD) and
+# through sglang's own plugin loader (build/trees/sglang/python), and
+# benchmarks/launch_cost.cu, the C++ launch floor. NCU=1 adds Nsight Compute kernel
+# durations; SKIP_TESTS=1 / SKIP_MEMCHECK=1 / SKIP_BENCH=1 skip the tests / the sanitizer
+# run / the benchmarks; LIMITED_API=0 builds the wheel for this Python only
+# (SGL_KERNEL_EXT_LIMITED_API=0, sgl_kernel_ext/setup.py) and suffixes the benchmark
+# outputs with _cpython; RELEASE_ARCHS and CARRIED_WHEEL below.
+# The tests read both images from build/trees/sgl-kernel (`make trees`), the benchmark the
+# plugin files and the DeepGEMM runner of build/trees/sglang/python; carry them:
+#   device run: command "bash scripts/gpu_kernel.sh", carry ["build/trees/sgl-kernel", ...]
 # Outputs under $OUT (at most 8 files).
 # No `set -e`: every step runs even when an earlier one fails, so that one call reports
 # everything; each step's failure sets `status`, the script's exit code.
@@ -38,6 +44,8 @@ if [ -x /usr/bin/gcc ] && [ -x /usr/bin/g++ ]; then
   export LDSHARED="/usr/bin/g++ -shared" LDCXXSHARED="/usr/bin/g++ -shared"
 fi
 PY=${PYTHON:-python3}
+SUFFIX=""
+if [ "${LIMITED_API:-1}" = 0 ]; then export SGL_KERNEL_EXT_LIMITED_API=0; SUFFIX=_cpython; fi
 status=0
 step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
 
@@ -50,6 +58,27 @@ compute-sanitizer --version | head -2
 echo "CC=${CC:-} CXX=${CXX:-} NVCC_CCBIN=${NVCC_CCBIN:-}"; ${CXX:-c++} --version | head -1
 git -C build/trees/sgl-kernel log --oneline -3 || status=1
 uname -r; nproc
+
+# stock's copy.cu (the pre-image) and an earlier post-image for the benchmark, built in the
+# background while the wheel builds (bench_copy.py then finds them up to date)
+VARIANTS=$WORK/variants
+mkdir -p "$VARIANTS"
+git -C build/trees/sgl-kernel show upstream:sgl-kernel/csrc/elementwise/copy.cu > "$VARIANTS/stock_copy.cu" || status=1
+BENCH_VARIANTS=(--variant "stock=$VARIANTS/stock_copy.cu")
+if [ -n "${VARIANT_OLD:-}" ] && [ -f "$VARIANT_OLD" ]; then BENCH_VARIANTS+=(--variant "old=$VARIANT_OLD"); fi
+(cd sgl_kernel_ext/python && $PY - "$VARIANTS" "${BENCH_VARIANTS[@]}" > "$WORK/variants.log" 2>&1 <<'PY'
+import sys
+from pathlib import Path
+sys.path.insert(0, str(Path.cwd().parents[1] / "benchmarks"))
+import bench_copy
+out = Path(sys.argv[1])
+for spec in sys.argv[3::2]:
+    name, _, path = spec.partition("=")
+    bench_copy.build_variant(name, Path(path), out / "build")
+    print("built", name, flush=True)
+PY
+) &
+variants_pid=$!
 
 step "pip wheel + install ./sgl_kernel_ext"
 t0=$(date +%s)
@@ -82,15 +111,17 @@ nm -D --undefined-only "$so" | grep -c ' U Py' ; nm -D --undefined-only "$so" | 
 
 if [ -z "${SKIP_TESTS:-}" ]; then
 step "pytest tests/kernel (GPU tests, drift, bench smoke)"
-timeout 300 $PY -m pytest -v -rs -p no:cacheprovider tests/kernel/test_kernel_gpu.py tests/kernel/test_kernel_patch_drift.py \
-  tests/kernel/test_kernel_bench_smoke.py 2>&1 | tee "$OUT/pytest.log" | grep -v "^$" ; rc=${PIPESTATUS[0]}
+SGL_KERNEL_EXT_DIFF_JSON=$OUT/differential$SUFFIX.json timeout 300 $PY -m pytest -v -rs -p no:cacheprovider \
+  tests/kernel/test_kernel_gpu.py tests/kernel/test_kernel_patch_drift.py tests/kernel/test_kernel_bench_smoke.py 2>&1 | tee "$OUT/pytest.log" | grep -v "^$" ; rc=${PIPESTATUS[0]}
 echo "pytest rc=$rc"; [ "$rc" = 0 ] || status=1
 
+if [ -z "${SKIP_MEMCHECK:-}" ]; then
 step "compute-sanitizer --tool memcheck: GPU tests + patched upstream test file"
 SGL_KERNEL_EXT_UNDER_SANITIZER=1 timeout 240 compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 \
   $PY -m pytest -v -rs -p no:cacheprovider tests/kernel/test_kernel_gpu.py 2>&1 | tee "$OUT/pytest_memcheck.log" \
   | grep -v "^$"; rc=${PIPESTATUS[0]}
 echo "compute-sanitizer rc=$rc"; [ "$rc" = 0 ] || status=1
+fi  # SKIP_MEMCHECK
 fi  # SKIP_TESTS
 
 if [ -n "${RELEASE_ARCHS:-}" ]; then
@@ -128,11 +159,17 @@ if [ -n "${SKIP_BENCH:-}" ]; then step "done (SKIP_BENCH): status=$status"; exit
 
 BENCH=$WORK/bench
 mkdir -p "$BENCH"
-for values in full counts; do
-  step "benchmarks/bench_copy.py --values $values (paired blocks, profiler)"
-  timeout 200 $PY benchmarks/bench_copy.py --profile --values $values --stem bench_copy_$values --out-dir "$BENCH"; rc=$?
+wait $variants_pid; echo "variant builds: $(tr '\n' ' ' < "$WORK/variants.log" | tail -c 400)"
+for values in counts full; do
+  step "benchmarks/bench_copy.py --values $values (paired blocks, profiler, stock's op, sglang's loader)"
+  timeout 240 $PY benchmarks/bench_copy.py --profile --values $values --stem bench_copy_$values$SUFFIX --out-dir "$BENCH" \
+    "${BENCH_VARIANTS[@]}" --variant-build-dir "$VARIANTS/build" --sglang-root build/trees/sglang/python; rc=$?
   echo "bench rc=$rc"; [ "$rc" = 0 ] || status=1
 done
+step "benchmarks/launch_cost.cu: the C++ launch floor"
+nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -o "$WORK/launch_cost" benchmarks/launch_cost.cu \
+  && timeout 120 "$WORK/launch_cost" 20000 7 "$BENCH/launch_cost$SUFFIX.json" | tail -25; rc=$?
+echo "launch_cost rc=$rc"; [ "$rc" = 0 ] || status=1
 tar -C "$BENCH" -cf "$OUT/bench.tar" .
 
 if [ -n "${NCU:-}" ]; then

@@ -1,14 +1,17 @@
 """Build sgl_kernel_ext._C from csrc/ (copy.cu unchanged + registration.cc).
 
 Like sgl-kernel, one cp310-abi3 wheel serves every CPython >= 3.10: the module
-uses Python's limited API only (registration.cc), plus one function of
-libtorch_python (THPVariable_Wrap), linked by name. The wheel requires the torch
+uses Python's limited API only (registration.cc), plus three functions of
+libtorch_python (THPVariable_Wrap, translate_exception_to_python, device_lazy_init),
+linked by name. SGL_KERNEL_EXT_LIMITED_API=0 builds for the running Python only (a
+cpXY wheel), where the list entry point reads the list's items in place (Python >= 3.12). The wheel requires the torch
 it was built against (``torch==<version>``): the extension uses torch's C++ ABI.
 
 The sources are also copied into the package (sgl_kernel_ext/_csrc) so that an
 installed copy can rebuild itself on the fly with sgl_kernel_ext.load_jit().
 """
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -20,6 +23,7 @@ HERE = Path(__file__).resolve().parent
 CSRC = HERE / "csrc"
 SOURCES = ["copy.cu", "registration.cc"]
 LIMITED_API = ("cp310", "0x030A0000")  # wheel tag, Py_LIMITED_API
+USE_LIMITED_API = os.environ.get("SGL_KERNEL_EXT_LIMITED_API", "1") != "0"
 
 
 class BuildPyWithSources(build_py):
@@ -35,7 +39,7 @@ def ext_modules():
     sys.path.insert(0, str(HERE / "python"))
     from sgl_kernel_ext._build import prepare
 
-    cxx, nvcc, include_dirs = prepare()
+    cxx, nvcc, include_dirs = prepare(CSRC / "copy.cu")
     from torch.utils.cpp_extension import CUDAExtension
 
     return [
@@ -44,9 +48,9 @@ def ext_modules():
             sources=[str(Path("csrc") / name) for name in SOURCES],
             include_dirs=include_dirs,
             extra_compile_args={"cxx": cxx, "nvcc": nvcc},
-            define_macros=[("Py_LIMITED_API", LIMITED_API[1])],
-            py_limited_api=True,
-            libraries=["torch_python"],  # left out by torch for py_limited_api: THPVariable_Wrap
+            define_macros=[("Py_LIMITED_API", LIMITED_API[1])] if USE_LIMITED_API else [],
+            py_limited_api=USE_LIMITED_API,
+            libraries=["torch_python"],  # left out by torch for py_limited_api: THPVariable_Wrap and the others
         )
     ]
 
@@ -67,5 +71,5 @@ setup(
     ext_modules=ext_modules(),
     cmdclass=cmdclass(),
     install_requires=[torch_requirement()],
-    options={"bdist_wheel": {"py_limited_api": LIMITED_API[0]}},
+    options={"bdist_wheel": {"py_limited_api": LIMITED_API[0]}} if USE_LIMITED_API else {},
 )

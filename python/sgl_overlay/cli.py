@@ -182,7 +182,7 @@ def cmd_doctor(args: argparse.Namespace, ctx: Context) -> int:
 
     Installed files against the post-image blobs, sgl-kernel-ext installed and wired in, a live N=16 copy on
     a GPU; prints the command that fixes what is missing."""
-    dist = (args.dist or ctx.root / "dist").resolve()
+    dist = (args.dist or doctor.default_dist(ctx.root)).resolve()
     lines, ok = doctor.doctor(ctx.manifest, args.python, dist, not args.no_live, args.site)
     print("\n".join(lines))
     return 0 if ok else 1
@@ -303,7 +303,7 @@ def _add_commands(commands: argparse._SubParsersAction) -> None:
 
     p = _add(commands, cmd_doctor, targets=False)
     p.add_argument("--python", default=sys.executable, help="interpreter of the environment to inspect")
-    p.add_argument("--dist", type=Path, help="where the patched wheels are (default: <repo>/dist)")
+    p.add_argument("--dist", type=Path, help="where the patched wheels are (default: <repo>/dist, else ./dist)")
     p.add_argument(
         "--site", type=Path, help="also look in this folder (an install made with `pip install --target DIR`)"
     )

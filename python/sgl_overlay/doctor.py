@@ -60,6 +60,12 @@ class Finding:
     fix: str  # what makes it ok (a command, or why none exists), shown only when it is not
 
 
+def default_dist(root: Path) -> Path:
+    """Where the fix commands find the patched wheels: the checkout's `dist/` (beside its `patches/`),
+    else `dist/` in the current folder, where the README's install commands run."""
+    return root / "dist" if (root / "dist").is_dir() else Path("dist")
+
+
 def probe(python: str, dists: list[str], live: bool, site: Path | None = None) -> dict:
     names = [*dists, *KERNEL_NAMES] + (["--live"] if live else [])
     env = {}

@@ -121,8 +121,11 @@ class Manifest:
 
 
 def default_patches_dir() -> Path:
-    """`--patches`, then $SGL_OVERLAY_PATCHES, then the source checkout this package sits in."""
-    return Path(os.environ.get("SGL_OVERLAY_PATCHES") or Path(__file__).resolve().parents[2] / "patches")
+    """`--patches`, then $SGL_OVERLAY_PATCHES, then the `patches/` folder in this package.
+
+    In a source checkout that folder is a symlink to the checkout's `patches/` (so an editable install
+    reads the series being edited); a built wheel carries a copy of it as package data."""
+    return Path(os.environ.get("SGL_OVERLAY_PATCHES") or Path(__file__).resolve().parent / "patches")
 
 
 def _pinned_wheels(where: str, raw: dict, kind: Kind) -> tuple[PinnedWheel, ...]:

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 // Largest length the fallback kernel accepts. Its by-value argument is a fixed
@@ -55,81 +56,65 @@ int64_t check_copy_to_gpu_no_ce_args(const at::Tensor& input, const at::Tensor& 
   return n;
 }
 
-// Launches the kernel for Capacity (exact) or the fallback on the current stream.
+// Calls copy(std::integral_constant<int, Capacity>{}) with the kernel's capacity for
+// n values: exact kernels for the common local expert counts, the fallback
+// (kCopyToGpuNoCeMaxN) for every other length.
+template <typename Copy>
+decltype(auto) dispatch_copy_to_gpu_no_ce(int64_t n, Copy&& copy) {
+  if (n == 72) {
+    return copy(std::integral_constant<int, 72>{});
+  } else if (n == 64) {
+    return copy(std::integral_constant<int, 64>{});
+  } else if (n == 32) {
+    return copy(std::integral_constant<int, 32>{});
+  } else if (n == 16) {
+    return copy(std::integral_constant<int, 16>{});
+  }
+  return copy(std::integral_constant<int, kCopyToGpuNoCeMaxN>{});
+}
+
+// Launches the kernel for Capacity (exact) or the fallback on the current stream of
+// the output's device.
 template <int Capacity>
-void launch_copy_to_gpu_no_ce_kernel(const InputArray<Capacity>& input_array, int n, int* output) {
+void launch_copy_to_gpu_no_ce(const InputArray<Capacity>& input_array, int n, at::Tensor& output) {
+  // Switches device only when the output is not on the current one: the common
+  // case costs one device query, as the current-stream lookup alone did.
+  const c10::DeviceIndex device = output.device().index();
+  at::cuda::OptionalCUDAGuard device_guard;
+  if (device != c10::cuda::current_device()) {
+    device_guard.set_index(device);
+  }
   // may use multi thread blocks if performance bottleneck
   dim3 grid(1);
   dim3 block(n);
-  cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream(device);
   if constexpr (Capacity == kCopyToGpuNoCeMaxN) {
-    copy_to_gpu_no_ce_fallback_kernel<<<grid, block, 0, stream>>>(input_array, n, output);
+    copy_to_gpu_no_ce_fallback_kernel<<<grid, block, 0, stream>>>(input_array, n, output.data_ptr<int>());
   } else {
-    copy_to_gpu_no_ce_kernel<Capacity><<<grid, block, 0, stream>>>(input_array, output);
+    copy_to_gpu_no_ce_kernel<Capacity><<<grid, block, 0, stream>>>(input_array, output.data_ptr<int>());
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template <int Capacity>
-void launch_copy_to_gpu_no_ce(const at::Tensor& input, at::Tensor& output, int n) {
+void copy_to_gpu_no_ce_impl(const at::Tensor& input, at::Tensor& output, int n) {
   InputArray<Capacity> input_array;
   const int* input_ptr = input.data_ptr<int>();
   for (int i = 0; i < n; ++i) {
     input_array.values[i] = input_ptr[i];
   }
-
-  const at::cuda::OptionalCUDAGuard device_guard(output.device());
-  launch_copy_to_gpu_no_ce_kernel<Capacity>(input_array, n, output.data_ptr<int>());
-}
-
-template <int N>
-void copy_to_gpu_no_ce_impl(const at::Tensor& input, at::Tensor& output) {
-  const int64_t n = check_copy_to_gpu_no_ce_args(input, output);
-  TORCH_CHECK(n == N, "copy_to_gpu_no_ce: input has ", n, " elements but this kernel copies exactly ", N);
-  launch_copy_to_gpu_no_ce<N>(input, output, N);
+  launch_copy_to_gpu_no_ce<Capacity>(input_array, n, output);
 }
 
 void copy_to_gpu_no_ce_fallback_impl(const at::Tensor& input, at::Tensor& output) {
   const int64_t n = check_copy_to_gpu_no_ce_args(input, output);
-  launch_copy_to_gpu_no_ce<kCopyToGpuNoCeMaxN>(input, output, static_cast<int>(n));
+  copy_to_gpu_no_ce_impl<kCopyToGpuNoCeMaxN>(input, output, static_cast<int>(n));
 }
 
 void copy_to_gpu_no_ce(const at::Tensor& input, at::Tensor& output) {
-  const int64_t N = input.numel();
-  // Exact kernels for the common local expert counts; every other length goes
-  // to the fallback, which also refuses N = 0 and N > kCopyToGpuNoCeMaxN.
-  if (N == 72) {
-    copy_to_gpu_no_ce_impl<72>(input, output);
-  } else if (N == 64) {
-    copy_to_gpu_no_ce_impl<64>(input, output);
-  } else if (N == 32) {
-    copy_to_gpu_no_ce_impl<32>(input, output);
-  } else if (N == 16) {
-    copy_to_gpu_no_ce_impl<16>(input, output);
-  } else {
-    copy_to_gpu_no_ce_fallback_impl(input, output);
-  }
-}
-
-template <int Capacity>
-at::Tensor copy_list_to_gpu_no_ce_impl(at::IntArrayRef values) {
-  const int n = static_cast<int>(values.size());
-  InputArray<Capacity> input_array;
-  for (int i = 0; i < n; ++i) {
-    const int64_t value = values[i];
-    TORCH_CHECK(
-        value >= std::numeric_limits<int32_t>::min() && value <= std::numeric_limits<int32_t>::max(),
-        "copy_list_to_gpu_no_ce: values[",
-        i,
-        "] = ",
-        value,
-        " does not fit in int32");
-    input_array.values[i] = static_cast<int>(value);
-  }
-  at::Tensor output =
-      at::empty({n}, at::TensorOptions().dtype(at::kInt).device(at::kCUDA, c10::cuda::current_device()));
-  launch_copy_to_gpu_no_ce_kernel<Capacity>(input_array, n, output.data_ptr<int>());
-  return output;
+  const int n = static_cast<int>(check_copy_to_gpu_no_ce_args(input, output));
+  dispatch_copy_to_gpu_no_ce(
+      n, [&](auto capacity) { copy_to_gpu_no_ce_impl<decltype(capacity)::value>(input, output, n); });
 }
 
 // The same copy for a host list of ints (sglang's per-expert token counts):
@@ -140,14 +125,23 @@ at::Tensor copy_list_to_gpu_no_ce(at::IntArrayRef values) {
   TORCH_CHECK(N > 0, "copy_list_to_gpu_no_ce: values is empty (N = 0); N must be in [1, ", kCopyToGpuNoCeMaxN, "]");
   TORCH_CHECK(
       N <= kCopyToGpuNoCeMaxN, "copy_list_to_gpu_no_ce: N = ", N, " exceeds the maximum of ", kCopyToGpuNoCeMaxN);
-  if (N == 72) {
-    return copy_list_to_gpu_no_ce_impl<72>(values);
-  } else if (N == 64) {
-    return copy_list_to_gpu_no_ce_impl<64>(values);
-  } else if (N == 32) {
-    return copy_list_to_gpu_no_ce_impl<32>(values);
-  } else if (N == 16) {
-    return copy_list_to_gpu_no_ce_impl<16>(values);
-  }
-  return copy_list_to_gpu_no_ce_impl<kCopyToGpuNoCeMaxN>(values);
+  const int n = static_cast<int>(N);
+  return dispatch_copy_to_gpu_no_ce(n, [&](auto capacity) {
+    InputArray<decltype(capacity)::value> input_array;
+    for (int i = 0; i < n; ++i) {
+      const int64_t value = values[i];
+      TORCH_CHECK(
+          value >= std::numeric_limits<int32_t>::min() && value <= std::numeric_limits<int32_t>::max(),
+          "copy_list_to_gpu_no_ce: values[",
+          i,
+          "] = ",
+          value,
+          " does not fit in int32");
+      input_array.values[i] = static_cast<int>(value);
+    }
+    at::Tensor output =
+        at::empty({N}, at::TensorOptions().dtype(at::kInt).device(at::kCUDA, c10::cuda::current_device()));
+    launch_copy_to_gpu_no_ce(input_array, n, output);
+    return output;
+  });
 }

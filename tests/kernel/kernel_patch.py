@@ -20,6 +20,12 @@ EXT_DIR = REPO_ROOT / "sgl_kernel_ext"
 TARGET_NAME = "sgl-kernel"
 COPY_CU = "sgl-kernel/csrc/elementwise/copy.cu"
 TEST_COPY = "sgl-kernel/tests/test_copy.py"
+# where sgl-kernel declares, registers and exposes its ops
+OPS_H = "sgl-kernel/include/sgl_kernel_ops.h"
+COMMON_EXTENSION = "sgl-kernel/csrc/common_extension.cc"
+ELEMENTWISE_PY = "sgl-kernel/python/sgl_kernel/elementwise.py"
+INIT_PY = "sgl-kernel/python/sgl_kernel/__init__.py"
+SERIES_FILES = {COPY_CU, TEST_COPY, OPS_H, COMMON_EXTENSION, ELEMENTWISE_PY, INIT_PY}
 REVS = {"old": "upstream", "new": "HEAD"}
 
 if str(REPO_ROOT / "python") not in sys.path:

@@ -20,7 +20,20 @@ import sgl_kernel_ext
 calls = []
 sgl_kernel_ext.copy_to_gpu_no_ce = lambda i, o: calls.append("ext")  # the op needs a GPU
 list_calls = []
-sgl_kernel_ext.list_entry_point = lambda: lambda arr: list_calls.append(list(arr)) or "fast"  # likewise
+
+
+def list_copier(original):  # likewise; a Python class standing in for the C type it makes
+    class Copier:
+        __wrapped__ = original
+
+        def __new__(cls, arr):
+            list_calls.append(list(arr))
+            return "fast"
+
+    return Copier
+
+
+sgl_kernel_ext.list_copier = list_copier
 
 import sglang.srt.plugins  # noqa: E402
 from sglang.srt.plugins import load_plugins  # noqa: E402
@@ -43,6 +56,7 @@ stock_fn = [sgl_kernel.elementwise.copy_to_gpu_no_ce]
 from sglang.srt.layers.moe.moe_runner import deep_gemm  # noqa: E402
 
 stock_pinned = [getattr(deep_gemm, "copy_list_to_gpu", None)]
+stock_no_ce = [deep_gemm.copy_list_to_gpu_no_ce]
 load_plugins()
 if sys.argv[1:] == ["twice"]:
     sglang.srt.plugins._plugins_loaded = False
@@ -71,6 +85,9 @@ for fn, arr in callers:
         list_results.append(fn(arr))
     except Exception as exc:  # the unhooked callers need CUDA
         list_results.append(type(exc).__name__)
+# a REPLACE class is installed as it is (a function would be wrapped in a Python frame)
+callers_are_types = [isinstance(fn, type) for fn, _ in callers]
+no_ce_wraps_stock = getattr(deep_gemm.copy_list_to_gpu_no_ce, "__wrapped__", None) is stock_no_ce[0]
 pinned_wraps_stock = getattr(getattr(deep_gemm, "copy_list_to_gpu", None), "__wrapped__", None) is stock_pinned[0]
 print(
     json.dumps(
@@ -82,6 +99,8 @@ print(
             "replaced": sgl_kernel.elementwise.copy_to_gpu_no_ce is not stock_fn[0],
             "caller_imports": imports,
             "hooks": {target: len(hooks) for target, hooks in HookRegistry._hooks.items()},
+            "callers_are_types": callers_are_types,
+            "no_ce_wraps_stock": no_ce_wraps_stock,
             "pinned_wraps_stock": None if stock_pinned[0] is None else pinned_wraps_stock,
             "warnings": warnings.messages,
         }

@@ -65,7 +65,9 @@ def test_smoke_run_writes_json_markdown_plot(tmp_path):
     b = _load()
     assert [int(k) for k in report["results"]] == list(b.SIZES)
     for key, row in report["results"].items():
-        assert len(row["blocks"]) == 6 and set(row["summary"]) == set(b.METHODS)
+        expected = set(b.METHODS) - (set() if int(key) in b.STOCK_SIZES else {"stock_op"})
+        assert len(row["blocks"]) == 6 and set(row["summary"]) == expected
+        assert ("op/stock_op" in row["ratios"]) == (int(key) in b.STOCK_SIZES)
         assert len(row["ratios"]["fallback/op"]["host_us"]["samples"]) == 6
         assert ("fallback_vs_exact" in row) == (int(key) in b.EXACT)
     md = (tmp_path / "bench_copy.md").read_text()

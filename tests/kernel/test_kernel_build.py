@@ -104,6 +104,9 @@ def test_shared_library_defines_the_ops(wheel_build):
     # Python's limited API only (cp310-abi3), plus libtorch_python's THPVariable_Wrap
     undefined = subprocess.run([nm, "-D", "-C", "--undefined-only", str(path)], capture_output=True, text=True).stdout
     assert "THPVariable_Wrap(at::TensorBase const&)" in undefined
+    # torch's own error translation and CUDA initialisation, as torch's bindings use them
+    assert "torch::translate_exception_to_python(std::__exception_ptr::exception_ptr const&)" in undefined
+    assert "torch::utils::device_lazy_init(c10::DeviceType)" in undefined
     assert "PyList_GetItem" in undefined  # the list entry point reads items through the API function
     # Py_LIMITED_API on every compile command: the compiler itself refuses what is outside the limited API.
     compiles = [ln for ln in wheel_build["log"].splitlines() if " -c " in ln and re.search(r"\.(cc|cu)\b", ln)]
@@ -186,8 +189,9 @@ import sgl_kernel_ext
 how = sgl_kernel_ext.ensure_loaded()
 ops = {n: str(getattr(torch.ops.sgl_kernel_ext, n).default._schema)
        for n in ("copy_to_gpu_no_ce", "copy_list_to_gpu_no_ce", "copy_to_gpu_no_ce_fallback")}
+copier = sgl_kernel_ext.list_entry_point()
 print(json.dumps({"python": sys.version_info[:2], "how": how, "so": sgl_kernel_ext._C.__file__, "ops": ops,
-                  "list": type(sgl_kernel_ext.list_entry_point()).__name__}))
+                  "list": [type(copier).__name__, copier.__module__], "max_n": sgl_kernel_ext._C.MAX_N}))
 """
 
 
@@ -212,7 +216,8 @@ def test_wheel_loads_and_registers_under_python(wheel_build, tmp_path, venv):
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["how"] == "prebuilt" and out["so"].endswith("_C.abi3.so"), out
-    assert out["list"] == "builtin_function_or_method"
+    # the C type the plugin installs, and copy.cu's bound as the build passed it
+    assert out["list"] == ["type", "sgl_kernel_ext._C"] and out["max_n"] == 512
     assert out["ops"] == {
         "copy_to_gpu_no_ce": "sgl_kernel_ext::copy_to_gpu_no_ce(Tensor input, Tensor($0! -> ) output) -> ()",
         "copy_list_to_gpu_no_ce": "sgl_kernel_ext::copy_list_to_gpu_no_ce(int[] values) -> Tensor",
@@ -239,3 +244,51 @@ def test_needs_no_newer_libstdcxx_than_torch(wheel_build):
     for prefix in ("GLIBCXX", "CXXABI"):
         ours, theirs = _symbol_versions(lib, prefix), _symbol_versions(torch_cpu, prefix)
         assert ours and theirs and max(ours) <= max(theirs), (prefix, max(ours), max(theirs))
+
+
+# The cases the one-launch path reads itself (exact list/tuple of 1..512 ints in int32);
+# every other input goes to the caller it stands in front of.
+READ_BY_THE_EXTENSION = {
+    "list_1",
+    "list_16",
+    "list_17_negative",
+    "list_72_counts",
+    "list_512_full_range",
+    "list_int32_bounds",
+    "tuple_32",
+}
+
+
+def test_list_entry_points_answer_as_stock_without_a_gpu(wheel_build, tmp_path):
+    # The argument reading and the refusals of the list entry points, on this CPU
+    # machine (tests/kernel/probe_list_inputs.py): the values the extension reads are
+    # stock's, it reads nothing stock refuses, and each entry point's outcome (torch's
+    # CUDA initialisation error for what stock accepts, stock's own error for the rest)
+    # is the caller's it stands for. The GPU run compares the copied values too.
+    import json
+
+    python = kp.REPO_ROOT / ".venvs" / "sglang" / "bin" / "python"
+    if not python.exists():
+        pytest.skip(".venvs/sglang is not built (scripts/setup_venvs.sh)")
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel_build["wheel"]) as whl:
+        whl.extractall(site)
+    here = os.path.dirname(__file__)
+    proc = subprocess.run(
+        [str(python), os.path.join(here, "probe_list_inputs.py")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(site), here]), "CUDA_VISIBLE_DEVICES": ""},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    rows, summary = out["rows"], out["summary"]
+    assert out["cuda"] is False
+    read = {case for case, row in rows.items() if row["read"]["got"][0] == "ok-cpu"}
+    assert read == READ_BY_THE_EXTENSION, read
+    assert summary["read"]["wrong_value"] == 0 and summary["read"]["accepts_refused"] == 0, summary["read"]
+    for name in ("wrapper", "no_ce_caller", "pinned_caller"):
+        assert summary[name]["same"] == summary[name]["cases"] == len(rows), (name, summary[name])
+    assert all(s["system_error"] == 0 for s in summary.values()), summary

@@ -12,10 +12,12 @@ runs them on the device machine, also under compute-sanitizer memcheck.
 - Own tests: every N in 1..512 through the dispatched op and the forced
   fallback, against torch's copy; which kernel each N launches (profiler);
   writes stay inside the output; the input is captured at launch.
-- The list entry points (copy_list_to_gpu_no_ce): the C function the sglang
-  plugin installs and the int[] op behind the dispatcher, every N in 1..512,
-  new int32 tensor on the current device, refusals; the plugin's copy-engine
-  branch replacement hands N > 512 to the original.
+- The list entry points (copy_list_to_gpu_no_ce): the C type the sglang plugin
+  installs and the int[] op behind the dispatcher, every N in 1..512, new int32
+  tensor on the current device, the op's refusals; every entry point against the
+  caller it stands for over special inputs (tests/kernel/list_inputs.py); torch's
+  CUDA state and error types after a call through the C type; the copy-engine
+  branch's copier hands N > 512 to the original.
 - The unpatched pre-image, compiled with the extension's flags next to a test-only
   registration (tests/kernel/preimage_registration.cc), fails at N=16 with
   "unexpected N" (and works at N=64): the bug is real before the fix.
@@ -135,7 +137,7 @@ def test_input_is_captured_at_launch(ext, n):
 def _list_entry_points(ext):
     import sgl_kernel_ext
 
-    return {"c_function": sgl_kernel_ext.list_entry_point(), "dispatcher": ext.copy_list_to_gpu_no_ce}
+    return {"c_type": sgl_kernel_ext.list_entry_point(), "dispatcher": ext.copy_list_to_gpu_no_ce}
 
 
 def test_list_entry_points_every_length(ext):
@@ -150,35 +152,116 @@ def test_list_entry_points_every_length(ext):
 
 
 @pytest.mark.parametrize(
-    "values, error, match",
+    "values, match",
     [
-        ([], RuntimeError, r"empty \(N = 0\)"),
-        ([1] * 513, RuntimeError, r"N = 513 exceeds the maximum of 512"),
-        ([0, 1, 2, 2**31], RuntimeError, r"values\[3\] = 2147483648 does not fit in int32"),
-        ([0] * 20 + [-(2**31) - 1], RuntimeError, r"values\[20\] = -2147483649 does not fit in int32"),
-        ([0, 1.5], TypeError, r"'float' object cannot be interpreted as an integer"),
+        ([], r"empty \(N = 0\)"),
+        ([1] * 513, r"N = 513 exceeds the maximum of 512"),
+        ([0, 1, 2, 2**31], r"values\[3\] = 2147483648 does not fit in int32"),
+        ([0] * 20 + [-(2**31) - 1], r"values\[20\] = -2147483649 does not fit in int32"),
     ],
 )
-def test_list_entry_points_refuse(ext, values, error, match):
-    for name, fn in _list_entry_points(ext).items():
-        if error is TypeError and name == "dispatcher":
-            continue  # the dispatcher refuses a float in int[] with its own RuntimeError
-        with pytest.raises(error, match=match):
-            fn(values)
-    with pytest.raises(TypeError, match="list or tuple"):
-        _list_entry_points(ext)["c_function"](torch.tensor([1, 2]))
+def test_list_op_refuses(ext, values, match):
+    # copy.cu's own refusals, reached through the dispatcher (the C type hands these
+    # inputs to stock's path: tests/kernel/list_inputs.py)
+    with pytest.raises(RuntimeError, match=match):
+        ext.copy_list_to_gpu_no_ce(values)
 
 
-def test_plugin_pinned_replacement_keeps_the_original_past_512(ext):
-    from sgl_kernel_ext.sglang_plugin import pinned_replacement
+def _stock_no_ce(values):
+    import sgl_kernel_ext
+
+    return sgl_kernel_ext._copy_list_through_tensor(values)
+
+
+def _stock_pinned(values):
+    return torch.tensor(values, dtype=torch.int32, pin_memory=True, device="cpu").cuda(non_blocking=True)
+
+
+def test_differential_every_entry_point(ext):
+    # Every list entry point against the caller it stands for, over special inputs:
+    # the same values or the same error (type and message). The dispatcher's int[]
+    # argument is read by torch's own parser, not by the extension: its outcomes are
+    # recorded (SGL_KERNEL_EXT_DIFF_JSON) and only checked for SystemError.
+    import json
+
+    import list_inputs
+    import numpy as np
+
+    import sgl_kernel_ext
+
+    strict = {
+        "wrapper": (sgl_kernel_ext.copy_list_to_gpu_no_ce, _stock_no_ce),
+        "c_type": (sgl_kernel_ext.list_entry_point(), _stock_no_ce),
+        "no_ce_caller": (sgl_kernel_ext.list_copier(_stock_no_ce), _stock_no_ce),
+        "pinned_caller": (sgl_kernel_ext.list_copier(_stock_pinned), _stock_pinned),
+    }
+    entry_points = {**strict, "dispatcher": (ext.copy_list_to_gpu_no_ce, _stock_no_ce)}
+    rows = list_inputs.differential(entry_points, list_inputs.cases(torch, np))
+    summary = list_inputs.summary(rows)
+    if os.environ.get("SGL_KERNEL_EXT_DIFF_JSON"):
+        Path(os.environ["SGL_KERNEL_EXT_DIFF_JSON"]).write_text(json.dumps({"summary": summary, "rows": rows}))
+    print(json.dumps(summary))
+    differing = {(case, name): r for case, row in rows.items() for name, r in row.items() if not r["same"]}
+    assert not {k: v for k, v in differing.items() if k[1] in strict}, differing
+    assert summary["dispatcher"]["system_error"] == 0, summary
+    accepted = sum(r["want"][0] == "ok" for row in rows.values() for r in [row["c_type"]])
+    assert accepted >= 20, accepted  # the stock path accepts many of them: values really compared
+
+
+CUDA_STATE_PROBE = """
+import json, torch
+import sgl_kernel_ext
+copy = sgl_kernel_ext.list_entry_point()
+before = torch.cuda.is_initialized()
+out = copy([1, 2, 3])
+print(json.dumps({"before": before, "after": torch.cuda.is_initialized(), "values": out.cpu().tolist()}))
+"""
+
+OOM_PROBE = """
+import json, torch
+import sgl_kernel_ext
+copy = sgl_kernel_ext.list_entry_point()
+copy([1])
+torch.cuda.empty_cache()
+torch.cuda.set_per_process_memory_fraction(0.0)
+try:
+    copy([1, 2, 3])
+    print(json.dumps({"error": None}))
+except Exception as exc:
+    print(json.dumps({"error": type(exc).__module__ + "." + type(exc).__name__}))
+"""
+
+
+@pytest.mark.parametrize("probe", ["cuda_state", "oom"])
+def test_c_type_is_a_torch_cuda_call(ext, tmp_path, probe):
+    # After a first call through the C type in a fresh process, torch's CUDA state is
+    # initialised, as after any torch CUDA call; a CUDA-side failure comes back as
+    # torch's own exception type (torch's error translation), here an out-of-memory.
+    import json
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([_ext_import_dir(), os.environ.get("PYTHONPATH", "")])}
+    code = CUDA_STATE_PROBE if probe == "cuda_state" else OOM_PROBE
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    if probe == "cuda_state":
+        assert out == {"before": False, "after": True, "values": [1, 2, 3]}
+    else:
+        assert out == {"error": "torch.OutOfMemoryError"}
+
+
+def test_pinned_caller_keeps_the_original_past_512(ext):
+    import sgl_kernel_ext
 
     seen = []
 
     def original(arr):
         seen.append(len(arr))
-        return torch.tensor(arr, dtype=torch.int32, pin_memory=True).cuda(non_blocking=True)
+        return _stock_pinned(arr)
 
-    fn = pinned_replacement(original)
+    fn = sgl_kernel_ext.list_copier(original)
     for n in (1, 16, 512, 513, 1024):
         values = _random(n).tolist()
         assert fn(values).cpu().tolist() == values
@@ -212,7 +295,7 @@ def test_upstream_test_file_against_extension(ext, build_dir, tmp_path, monkeypa
     upstream_test = tree / kp.TEST_COPY
     # the patched file is the one the patch adds lines to, not the 2-size original
     assert "[16, 17, 32, 64, 72, 512]" in upstream_test.read_text()
-    shim = write_shim(tmp_path / "shim")
+    shim = write_shim(tmp_path / "shim", kp.image("new", kp.ELEMENTWISE_PY).decode())
     if not os.environ.get("SGL_KERNEL_EXT_BUILD_DIR"):
         monkeypatch.setenv("SGL_KERNEL_EXT_BUILD_DIR", str(build_dir / "post"))
     proc = run_pytest([shim, Path(_ext_import_dir())], upstream_test, tree)

@@ -15,6 +15,7 @@ No stubs: this reads files and runs git/sgl-overlay/clang-format/black/isort.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -29,7 +30,7 @@ EXT_COPY_CU = kp.EXT_DIR / "csrc" / "copy.cu"
 
 
 def test_preimage_blobs_are_the_pinned_ones():
-    assert kp.touched_files() == {kp.COPY_CU, kp.TEST_COPY} == set(kp.PINNED_PREIMAGES)
+    assert kp.touched_files() == kp.SERIES_FILES == set(kp.PINNED_PREIMAGES)
     for path, pinned in kp.PINNED_PREIMAGES.items():
         assert kp.tree_blob("old", path) == pinned, f"{path}: rebuilt pre-image is not the pinned blob"
 
@@ -63,8 +64,42 @@ def test_preimage_is_the_buggy_kernel():
     assert "copy_to_gpu_no_ce_impl<16>" not in old
     new = kp.image("new", kp.COPY_CU).decode()
     assert "unexpected N" not in new
+    # the length -> kernel ladder is written once, for the tensor op and the list op
     for n in (16, 32, 64, 72):
-        assert f"copy_to_gpu_no_ce_impl<{n}>(input, output);" in new
+        assert new.count(f"if (n == {n})") == 1, n
+        assert new.count(f"std::integral_constant<int, {n}>") == 1, n
+    assert len(re.findall(r"dispatch_copy_to_gpu_no_ce\(\s*n,", new)) == 2
+
+
+def _no_ce_lines(text: str, *markers: str) -> list[str]:
+    return [ln.strip() for ln in text.splitlines() if "_to_gpu_no_ce" in ln and ln.strip().startswith(markers)]
+
+
+def test_extension_registers_what_the_series_registers():
+    # sgl-kernel 0002 declares the list op in sgl_kernel_ops.h, registers it in
+    # common_extension.cc and exposes it from sgl_kernel; the extension's own registration
+    # carries the same declarations and the same m.def/m.impl lines (its namespace and
+    # c10::kCUDA aside), so the two cannot drift apart.
+    ours = (kp.EXT_DIR / "csrc" / "registration.cc").read_text()
+    ours_lines = {ln.strip() for ln in ours.splitlines()}
+    header = kp.image("new", kp.OPS_H).decode()
+    declarations = _no_ce_lines(header, "void ", "at::Tensor ")
+    assert declarations == [
+        "void copy_to_gpu_no_ce(const at::Tensor& input, at::Tensor& output);",
+        "at::Tensor copy_list_to_gpu_no_ce(at::IntArrayRef values);",
+    ]
+    assert set(declarations) <= ours_lines, declarations
+    registration = _no_ce_lines(kp.image("new", kp.COMMON_EXTENSION).decode(), "m.def(", "m.impl(")
+    assert len(registration) == 4, registration
+    for line in registration:
+        assert line.replace("torch::kCUDA", "c10::kCUDA") in ours_lines, line
+    assert "copy_list_to_gpu_no_ce" not in kp.image("old", kp.COMMON_EXTENSION).decode()
+    elementwise = kp.image("new", kp.ELEMENTWISE_PY).decode()
+    assert "def copy_list_to_gpu_no_ce(values: List[int]) -> torch.Tensor:" in elementwise
+    init = kp.image("new", kp.INIT_PY).decode()
+    assert init.count("copy_list_to_gpu_no_ce") == 2  # imported from .elementwise and in __all__
+    test = kp.image("new", kp.TEST_COPY).decode()
+    assert "from sgl_kernel.elementwise import copy_list_to_gpu_no_ce, copy_to_gpu_no_ce" in test
 
 
 def test_extension_copy_cu_is_the_post_image_blob():
@@ -98,6 +133,8 @@ def test_post_image_is_clang_format_clean(tmp_path):
     style = kp.EXT_DIR / "csrc" / ".clang-format"
     registrations = (kp.EXT_DIR / "csrc" / "registration.cc", Path(__file__).with_name("preimage_registration.cc"))
     for path in (work / kp.COPY_CU, *registrations):
+        # (common_extension.cc and sgl_kernel_ops.h: only their two added lines are ours,
+        # and those are checked against registration.cc, which is formatted here)
         proc = subprocess.run(
             [exe, f"--style=file:{style}", "--dry-run", "--Werror", str(path)],
             capture_output=True,
@@ -109,10 +146,14 @@ def test_post_image_is_clang_format_clean(tmp_path):
 def test_patched_test_file_is_black_and_isort_clean(tmp_path):
     black, isort = _tool("black"), _tool("isort")
     work = kp.write_tree(tmp_path, "new")
-    target = str(work / kp.TEST_COPY)
-    proc = subprocess.run([black, "--check", "--diff", target], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    proc = subprocess.run(
-        [isort, "--check-only", "--diff", "--profile", "black", target], capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # isort: not __init__.py, whose import block is not isort-clean upstream either (pre-image)
+    for rel in (kp.TEST_COPY, kp.ELEMENTWISE_PY, kp.INIT_PY):
+        target = str(work / rel)
+        proc = subprocess.run([black, "--check", "--diff", target], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        if rel == kp.INIT_PY:
+            continue
+        proc = subprocess.run(
+            [isort, "--check-only", "--diff", "--profile", "black", target], capture_output=True, text=True
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr

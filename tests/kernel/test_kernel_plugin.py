@@ -70,15 +70,18 @@ def test_plugin_routes_sgl_kernel_to_extension(stock_root, tmp_path):
     assert result["stock_calls"] == []
     # the caller imports the name inside the function, so it gets the replacement
     assert ["sgl_kernel.elementwise", ["copy_to_gpu_no_ce"]] in result["caller_imports"]
-    # stock sglang: the no-copy-engine caller is the extension's C function
+    # stock sglang: the no-copy-engine caller is the extension's list copier, installed
+    # as it is (a class, no registry wrapper), in front of the stock caller
     assert result["list_calls"] == [[1, 2, 3]] and result["list_results"] == ["fast"]
+    assert result["callers_are_types"] == [True] and result["no_ce_wraps_stock"] is True
 
 
 def test_plugin_replaces_both_callers_of_the_patched_runner(patched_root, tmp_path):
     result = _probe(patched_root("sglang"), tmp_path)
     assert result["list_calls"] == [[1, 2, 3], [4] * 512]
     assert result["list_results"] == ["fast", "fast"]
-    assert result["pinned_wraps_stock"] is True
+    assert result["pinned_wraps_stock"] is True and result["no_ce_wraps_stock"] is True
+    assert result["callers_are_types"] == [True, True]
     assert {t: result["hooks"][t] for t in HOOKED} == dict.fromkeys(HOOKED, 1)
 
 

@@ -3,22 +3,28 @@ of sglang-kt (with the real KTEPWrapperMethod around the real GPU quant method) 
 report what every GPU weight slot ended up holding.
 
 Usage: python kt_remap_probe.py '<json list of case configs>'   (PYTHONPATH: the
-sglang root first). Prints one JSON list (one result per case) on its last line. See test_kt_gpu_expert_remap.py for the
-config keys and for which pieces are stand-ins (kt_native_stubs/).
+sglang root first). Prints one JSON list (one result per case) on its last line. See
+test_kt_gpu_expert_remap.py for the config keys and for which pieces are stand-ins
+(kt_native_stubs/). Importing this module has no side effects beyond torch: the
+stand-ins are installed by main(), before sglang is imported.
 """
 
 import json
+import math
 import os
 import sys
 import tempfile
+from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "kt_native_stubs"))
-import kt_cpu_stubs  # noqa: E402  (must precede sglang)
-import torch  # noqa: E402
+import torch
 
+STUBS = Path(__file__).resolve().parent / "kt_native_stubs"
 SENTINEL = -1.0
 SHARD_CODE = {"w1": 1000, "w3": 3000, "w2": 2000}
+# NVFP4 per-tensor scales that name their expert exactly in float32 (see nvfp4_* below).
+NVFP4_W2_INPUT_SHIFT = 40
+NVFP4_W2_WS2_OFFSET = 1000
 
 
 def code(expert, shard, index):
@@ -34,6 +40,15 @@ def full_weight(expert, shard, hidden, inter):
     return (cols + code(expert, shard, 0)).unsqueeze(0).expand(hidden, inter).clone()
 
 
+def nvfp4_input_scale(expert, shard):
+    """A power of two per expert (w1 and w3 alike, as in real checkpoints)."""
+    return 2.0 ** -(expert + 1 + (NVFP4_W2_INPUT_SHIFT if shard == "w2" else 0))
+
+
+def nvfp4_weight_scale_2(expert, shard):
+    return float(expert + 1 + (NVFP4_W2_WS2_OFFSET if shard == "w2" else 0))
+
+
 class FakeServerArgs(SimpleNamespace):
     """The ServerArgs fields FusedMoE and the KT wrapper read (plain values)."""
 
@@ -45,47 +60,79 @@ class FakeServerArgs(SimpleNamespace):
 
 
 def main():
+    sys.path.insert(0, str(STUBS))
+    import kt_cpu_stubs  # noqa: F401  (must precede sglang)
+
     print(json.dumps([run_case(cfg) for cfg in json.loads(sys.argv[1])]))
 
 
 def run_case(cfg):
+    """Build one KT FusedMoE layer as the config says (`kt: false`: the same layer
+    without KT, as the reference), load every expert, describe it."""
     routed = cfg["num_routed_experts"]
-    shared = cfg.get("num_fused_shared_experts", 0)
-    hidden, inter = cfg.get("hidden_size", 8), cfg.get("intermediate_size", 8)
-    tp_size, tp_rank = cfg.get("tp_size", 1), cfg.get("tp_rank", 0)
-    ep_size, ep_rank = cfg.get("ep_size", 1), cfg.get("ep_rank", 0)
-    num_layers, layer_id = cfg.get("num_layers", 4), cfg.get("layer_id", 1)
-    modelopt = cfg.get("modelopt", False)
+    num_layers = cfg.get("num_layers", 4)
+    first_moe_layer = cfg.get("first_k_dense_replace", 1)
+    set_process_groups(cfg.get("tp_size", 1), cfg.get("tp_rank", 0), cfg.get("ep_size", 1), cfg.get("ep_rank", 0))
+    freq_file = write_frequency_file(cfg.get("logical_count"))
+    try:
+        server_args = make_server_args(cfg, num_layers, first_moe_layer, freq_file)
+        install_server_args(server_args)
+        if not cfg.get("kt", True):
+            masks = None
+        elif cfg["strategy"] == "explicit":
+            masks = install_explicit_masks(num_layers, routed, cfg["gpu_experts"])
+        else:
+            masks = strategy_masks(server_args, cfg.get("tp_size", 1), cfg.get("tp_rank", 0))
+        layer_id = resolve_layer_id(cfg.get("layer_id", 1), masks, first_moe_layer)
+        if cfg["path"] == "trivial":
+            install_trivial_metadata(server_args, routed, num_layers, cfg.get("ep_size", 1))
+        moe = build_moe(cfg, layer_id)
+        fill_sentinel(moe, float("nan") if cfg.get("modelopt") else SENTINEL)
+        loader = cfg.get("loader", "per_expert")
+        if loader != "per_expert":
+            return load_all_experts_at_once(moe, cfg, layer_id, loader)
+        calls = load_experts(moe, cfg, layer_id)
+        result = describe(moe, calls) if masks is not None else {"loader_calls": calls}
+        if cfg.get("modelopt"):
+            result.update(nvfp4_scales(moe))
+        else:
+            result.update(decode_slots(moe.w13_weight.data, moe.w2_weight.data))
+    finally:
+        if freq_file:
+            os.unlink(freq_file)
+    return result
 
-    # Process-group state: plain rank/size holders read by the real getters
-    # (get_moe_tensor_parallel_rank() etc.); no torch.distributed is initialised.
+
+def set_process_groups(tp_size, tp_rank, ep_size, ep_rank):
+    """Plain rank/size holders read by the real getters (get_moe_tensor_parallel_rank()
+    etc.); no torch.distributed is initialised."""
     from sglang.srt.distributed import parallel_state as ps
 
     ps._TP = SimpleNamespace(world_size=tp_size, rank_in_group=tp_rank)
     ps._MOE_TP = SimpleNamespace(world_size=tp_size, rank_in_group=tp_rank)
     ps._MOE_EP = SimpleNamespace(world_size=ep_size, rank_in_group=ep_rank)
 
-    from sglang.srt.eplb import expert_location
-    from sglang.srt.layers.moe import kt_ep_wrapper
-    from sglang.srt.layers.moe.fused_moe_triton import layer as layer_mod
-    from sglang.srt.server_args import set_global_server_args_for_scheduler
 
-    freq_file = None
-    if cfg["strategy"] == "frequency":
-        counts = torch.tensor(cfg["logical_count"], dtype=torch.int64)
-        fd, freq_file = tempfile.mkstemp(suffix=".pt")
-        os.close(fd)
-        torch.save({"logical_count": counts}, freq_file)
+def write_frequency_file(logical_count):
+    """The `logical_count` .pt file of the `frequency` strategy, or None."""
+    if logical_count is None:
+        return None
+    fd, path = tempfile.mkstemp(suffix=".pt")
+    os.close(fd)
+    torch.save({"logical_count": torch.tensor(logical_count, dtype=torch.int64)}, path)
+    return path
 
+
+def make_server_args(cfg, num_layers, first_moe_layer, freq_file):
     hf_config = SimpleNamespace(
         num_hidden_layers=num_layers,
-        n_routed_experts=routed,
-        first_k_dense_replace=cfg.get("first_k_dense_replace", 1),
+        n_routed_experts=cfg["num_routed_experts"],
+        first_k_dense_replace=first_moe_layer,
         moe_layer_freq=1,
     )
-    server_args = FakeServerArgs(
+    return FakeServerArgs(
         hf_config=hf_config,
-        kt_weight_path=tempfile.gettempdir(),
+        kt_weight_path=tempfile.gettempdir() if cfg.get("kt", True) else None,
         kt_method=cfg.get("kt_method", "BF16"),
         kt_cpuinfer=1,
         kt_threadpool_count=1,
@@ -101,113 +148,243 @@ def run_case(cfg):
         chunked_prefill_size=64,
         ep_dispatch_algorithm=None,
         enable_deterministic_inference=False,
+        # initialize_moe_config() reads these; the runner backend picks the NVFP4 branch.
+        moe_a2a_backend="none",
+        moe_runner_backend=cfg.get("moe_runner_backend", "auto"),
+        speculative_moe_runner_backend=None,
+        speculative_moe_a2a_backend=None,
+        deepep_mode="auto",
+        deepep_config=None,
+        enable_two_batch_overlap=False,
+        enable_single_batch_overlap=False,
+        tbo_token_distribution_threshold=0.48,
+        disable_flashinfer_cutlass_moe_fp4_allgather=True,
+        flashinfer_mxfp4_moe_precision="default",
+        quantization="modelopt_fp4" if cfg.get("modelopt") else None,
     )
+
+
+def install_server_args(server_args):
+    """What the scheduler does before building the model, plus the probe's resets."""
+    import kt_cpu_stubs
+    from sglang.srt.eplb import expert_location
+    from sglang.srt.layers.moe import kt_ep_wrapper
+    from sglang.srt.layers.moe.utils import initialize_moe_config
+    from sglang.srt.server_args import set_global_server_args_for_scheduler
+
+    initialize_moe_config(server_args)
     set_global_server_args_for_scheduler(server_args)
     kt_cpu_stubs.use_cpu_expert_engine_stand_in(kt_ep_wrapper)
     # Per-process caches of the fork, reset so that one process can run many cases.
     kt_ep_wrapper._KT_GPU_EXPERTS_MASKS = None
     expert_location._global_expert_location_metadata = None
 
-    if cfg["strategy"] != "explicit":
-        # The real strategy builds the masks on TP rank 0; the other ranks get them by
-        # dist.broadcast. Build them as rank 0; they stay in the fork's mask cache.
-        ps._TP = SimpleNamespace(world_size=tp_size, rank_in_group=0)
-        masks = kt_ep_wrapper._init_kt_gpu_experts_masks(server_args)
-        ps._TP = SimpleNamespace(world_size=tp_size, rank_in_group=tp_rank)
-    if layer_id == "auto":
-        # The first MoE layer whose mask is not a prefix.
-        layer_id = next(
-            i
-            for i in range(hf_config.first_k_dense_replace, num_layers)
-            if masks[i].sum() >= 2 and not masks[i, : int(masks[i].sum())].all()
-        )
 
-    if cfg["strategy"] == "explicit":
-        # The per-session mask cache _init_kt_gpu_experts_masks() returns when set.
-        masks = torch.ones(num_layers, routed, dtype=torch.bool)
-        masks[layer_id] = False
-        masks[layer_id, cfg["gpu_experts"]] = True
-        kt_ep_wrapper._KT_GPU_EXPERTS_MASKS = masks
+def explicit_masks(num_layers, num_experts, gpu_experts):
+    """Every layer's mask selects `gpu_experts` (the probe builds one layer of them)."""
+    masks = torch.zeros(num_layers, num_experts, dtype=torch.bool)
+    masks[:, gpu_experts] = True
+    return masks
 
-    if cfg["path"] == "trivial":
-        # Trivial expert-location metadata (physical id == logical id), built with the
-        # real ExpertLocationMetadata; the loader then goes through
-        # logical_to_all_physical() and _weight_loader_physical().
-        p2l = torch.arange(routed).repeat(num_layers, 1)
-        meta = expert_location.ExpertLocationMetadata._init_raw(
-            server_args=server_args,
-            ep_size=ep_size,
-            physical_to_logical_map=p2l,
-            logical_to_all_physical_map=p2l.unsqueeze(-1).clone(),
-        )
-        expert_location.set_global_expert_location_metadata(meta)
+
+def install_explicit_masks(num_layers, num_experts, gpu_experts):
+    """Put explicit masks in the fork's per-session mask cache, which
+    _init_kt_gpu_experts_masks() returns when set."""
+    from sglang.srt.layers.moe import kt_ep_wrapper
+
+    masks = explicit_masks(num_layers, num_experts, gpu_experts)
+    kt_ep_wrapper._KT_GPU_EXPERTS_MASKS = masks
+    return masks
+
+
+def strategy_masks(server_args, tp_size, tp_rank):
+    """The fork's strategy builds the masks on TP rank 0 and broadcasts them to the
+    other ranks: build them as rank 0; they stay in the fork's mask cache."""
+    from sglang.srt.layers.moe import kt_ep_wrapper
+
+    set_tp_rank(tp_size, 0)
+    masks = kt_ep_wrapper._init_kt_gpu_experts_masks(server_args)
+    set_tp_rank(tp_size, tp_rank)
+    return masks
+
+
+def set_tp_rank(tp_size, tp_rank):
+    from sglang.srt.distributed import parallel_state as ps
+
+    ps._TP = SimpleNamespace(world_size=tp_size, rank_in_group=tp_rank)
+
+
+def is_prefix(mask):
+    return bool(mask[: int(mask.sum())].all())
+
+
+def resolve_layer_id(layer_id, masks, first_moe_layer):
+    """A layer number, or "auto": the first MoE layer whose mask is not a prefix."""
+    if layer_id != "auto":
+        return layer_id
+    for i in range(first_moe_layer, len(masks)):
+        if masks[i].sum() >= 2 and not is_prefix(masks[i]):
+            return i
+    raise ValueError(
+        f"layer_id='auto': no MoE layer {first_moe_layer}..{len(masks) - 1} has a "
+        "non-prefix GPU-expert mask; give the case a layer number"
+    )
+
+
+def install_trivial_metadata(server_args, routed, num_layers, ep_size):
+    """Trivial expert-location metadata (physical id == logical id), built with the real
+    ExpertLocationMetadata; the loader then goes through logical_to_all_physical() and
+    _weight_loader_physical()."""
+    from sglang.srt.eplb import expert_location
+
+    p2l = torch.arange(routed).repeat(num_layers, 1)
+    meta = expert_location.ExpertLocationMetadata._init_raw(
+        server_args=server_args,
+        ep_size=ep_size,
+        physical_to_logical_map=p2l,
+        logical_to_all_physical_map=p2l.unsqueeze(-1).clone(),
+    )
+    expert_location.set_global_expert_location_metadata(meta)
+
+
+def nvfp4_quant_config():
+    """The real ModelOptFp4Config (the checkpoint format NVFP4 serving loads)."""
+    import kt_cpu_stubs
+    from sglang.srt.layers.quantization import modelopt_quant
+
+    # Device query (stand-in listed in the test docstring): NVFP4 needs Blackwell.
+    modelopt_quant.is_blackwell_supported = lambda: True
+    # swizzle_blockscale() ends in `.cuda()` (create_weights and process_weights_after_loading).
+    kt_cpu_stubs.keep_cuda_copies_on_cpu()
+    return modelopt_quant.ModelOptFp4Config(is_checkpoint_nvfp4_serialized=True, group_size=16)
+
+
+def quant_config(cfg):
+    if cfg.get("modelopt"):
+        return nvfp4_quant_config()
+    if cfg.get("loader") == "mxfp4":
+        from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
+
+        return Mxfp4Config(is_checkpoint_mxfp4_serialized=True)  # gpt-oss checkpoints
+    return None
+
+
+def build_moe(cfg, layer_id):
+    from sglang.srt.layers.moe.fused_moe_triton import layer as layer_mod
+
     assert (layer_mod.get_global_expert_location_metadata() is None) == (cfg["path"] == "none")
-
-    quant_config = None
-    if modelopt:
-        from sglang.srt.layers.quantization import modelopt_quant
-
-        # Device query (stand-in listed in the test docstring): NVFP4 needs Blackwell; the weights live on the CPU here.
-        modelopt_quant.is_blackwell_supported = lambda: True
-        # swizzle_blockscale() ends in `.cuda()` (create_weights uses it for shapes).
-        kt_cpu_stubs.keep_cuda_copies_on_cpu()
-        quant_config = modelopt_quant.ModelOptFp4Config(is_checkpoint_nvfp4_serialized=True, group_size=16)
-
+    shared = cfg.get("num_fused_shared_experts", 0)
     moe = layer_mod.FusedMoE(
-        num_experts=routed + shared,
-        hidden_size=hidden,
-        intermediate_size=inter,
+        num_experts=cfg["num_routed_experts"] + shared,
+        hidden_size=cfg.get("hidden_size", 8),
+        intermediate_size=cfg.get("intermediate_size", 8),
         layer_id=layer_id,
         top_k=2,
         num_fused_shared_experts=shared,
         params_dtype=torch.float32,
-        quant_config=quant_config,
+        quant_config=quant_config(cfg),
         prefix=f"model.layers.{layer_id}.mlp.experts",
+        use_weight_loader_fused=cfg.get("loader") == "fused",
     )
-    kt = moe.quant_method
-    assert type(kt).__name__ == "KTEPWrapperMethod", type(kt)
+    expected = "KTEPWrapperMethod" if cfg.get("kt", True) else "ModelOptNvFp4FusedMoEMethod"
+    assert type(moe.quant_method).__name__ == expected, type(moe.quant_method)
+    return moe
 
-    params = dict(moe.named_parameters())
-    for p in params.values():
+
+def fill_sentinel(moe, value):
+    """Mark every float parameter as unwritten (the float8 block scales stay as created)."""
+    for p in moe.parameters():
         if p.dtype.is_floating_point and p.dtype.itemsize >= 2:
-            p.data.fill_(SENTINEL)
+            p.data.fill_(value)
 
-    weight_loader = moe.weight_loader
+
+def load_experts(moe, cfg, layer_id):
+    """Every shard of every expert through moe.weight_loader; returns the call count."""
+    params = dict(moe.named_parameters())
+    prefix = f"model.layers.{layer_id}.mlp.experts"
+    hidden, inter = cfg.get("hidden_size", 8), cfg.get("intermediate_size", 8)
     calls = 0
-    for expert in range(routed + shared):
+    for expert in range(moe.num_experts):
         for shard in ("w1", "w3", "w2"):
             pname = "w2" if shard == "w2" else "w13"
-            if modelopt:
-                # Per-tensor scales: weight_scale_2 is per GPU slot, input_scale is
-                # marked _sglang_require_global_experts and shaped [num_experts, ...].
-                weight_loader(
-                    params[f"{pname}_weight_scale_2"],
-                    torch.tensor(code(expert, shard, 0)),
-                    f"model.layers.{layer_id}.mlp.experts.{pname}_weight_scale_2",
-                    shard,
-                    expert,
-                )
-                weight_loader(
-                    params[f"{pname}_input_scale"],
-                    torch.tensor(code(expert, shard, 0)),
-                    f"model.layers.{layer_id}.mlp.experts.{pname}_input_scale",
-                    shard,
-                    expert,
-                )
+            if cfg.get("modelopt"):
+                # weight_scale_2 has a row per GPU slot; input_scale is marked
+                # _sglang_require_global_experts and has a row per global expert.
+                for name, value in (
+                    ("weight_scale_2", nvfp4_weight_scale_2(expert, shard)),
+                    ("input_scale", nvfp4_input_scale(expert, shard)),
+                ):
+                    full = f"{pname}_{name}"
+                    moe.weight_loader(params[full], torch.tensor(value), f"{prefix}.{full}", shard, expert)
             else:
-                weight_loader(
-                    params[f"{pname}_weight"],
-                    full_weight(expert, shard, hidden, inter),
-                    f"model.layers.{layer_id}.mlp.experts.{pname}_weight",
-                    shard,
-                    expert,
-                )
+                weight = full_weight(expert, shard, hidden, inter)
+                moe.weight_loader(params[f"{pname}_weight"], weight, f"{prefix}.{pname}_weight", shard, expert)
             calls += 1
+    return calls
 
-    result = {
-        "num_gpu_experts": kt.num_gpu_experts,
+
+def load_all_experts_at_once(moe, cfg, layer_id, loader):
+    """Load w13/w2 as one tensor of all local experts, as gpt-oss does: `fused`
+    through weight_loader_fused (BF16/FP8 checkpoints), `mxfp4` through
+    weight_loader(expert_id=None) with the MXFP4 config (its static branch). A
+    RuntimeError from the loader is reported, not raised."""
+    prefix = f"model.layers.{layer_id}.mlp.experts"
+    result = describe(moe, 2)
+    try:
+        for pname in ("w13", "w2"):
+            param = getattr(moe, f"{pname}_weight")
+            name = f"{prefix}.{pname}_weight"
+            if loader == "fused":
+                moe.weight_loader_fused(param, fused_weight(moe, cfg, pname), name, pname)
+            else:
+                moe.weight_loader(param, mxfp4_blocks(moe, param), name, None, None)
+    except RuntimeError as exc:
+        result["error"] = str(exc).splitlines()[0]
+        return result
+    if loader == "fused":
+        result.update(decode_slots(moe.w13_weight.data, moe.w2_weight.data))
+    else:
+        result["num_slots"] = int(moe.w13_weight.shape[0])
+        result["slot_experts"] = [
+            [mxfp4_expert(getattr(moe, f"{p}_weight").data[k]) for p in ("w13", "w2")]
+            for k in range(moe.w13_weight.shape[0])
+        ]
+    return result
+
+
+def fused_weight(moe, cfg, pname):
+    """[local experts, ...] of full_weight()s: w13 = w1 rows then w3 rows."""
+    hidden, inter = cfg.get("hidden_size", 8), cfg.get("intermediate_size", 8)
+    shards = ("w1", "w3") if pname == "w13" else ("w2",)
+    return torch.stack(
+        [torch.cat([full_weight(e, s, hidden, inter) for s in shards]) for e in range(moe.num_local_experts)]
+    )
+
+
+def mxfp4_blocks(moe, param):
+    """uint8 MXFP4 blocks of every local expert; every byte of expert e holds e + 1."""
+    shape = (moe.num_local_experts, *param.shape[1:])
+    return (torch.arange(moe.num_local_experts, dtype=torch.uint8) + 1).view(-1, 1, 1).expand(shape).clone()
+
+
+def mxfp4_expert(block):
+    values = block.unique().tolist()
+    return values[0] - 1 if len(values) == 1 and values[0] > 0 else f"mixed:{values[:4]}"
+
+
+def describe(moe, calls):
+    from sglang.srt.layers.moe import kt_ep_wrapper
+    from sglang.srt.layers.moe.fused_moe_triton import layer as layer_mod
+
+    kt = moe.quant_method
+    n = kt.num_gpu_experts
+    return {
+        "num_gpu_experts": n,
         "gpu_index_to_logical": [int(i) for i in kt.gpu_index_to_logical],
         "mask_len": int(kt.gpu_experts_mask.numel()),
+        "mask_is_prefix": is_prefix(kt.gpu_experts_mask),
+        "gpu_experts_per_layer": kt_ep_wrapper._KT_GPU_EXPERTS_MASKS.sum(dim=1).tolist(),
+        "layer_id": moe.layer_id,
         "num_local_experts": moe.num_local_experts,
         "moe_tp_rank": moe.moe_tp_rank,
         "moe_ep_rank": moe.moe_ep_rank,
@@ -216,28 +393,44 @@ def run_case(cfg):
         "loader_calls": calls,
         "layer_file": layer_mod.__file__,
     }
-    if modelopt:
-        ws2 = params["w13_weight_scale_2"].data
-        result["w13_weight_scale_2"] = ws2.tolist()
-        result["w2_weight_scale_2"] = params["w2_weight_scale_2"].data.tolist()
-        result["w13_input_scale"] = params["w13_input_scale"].data.tolist()
-        result["w2_input_scale"] = params["w2_input_scale"].data.tolist()
-        result["input_scale_shapes"] = [
-            list(params["w13_input_scale"].shape),
-            list(params["w2_input_scale"].shape),
+
+
+def nvfp4_scales(moe):
+    """Run the layer's real process_weights_after_loading (KTEPWrapperMethod's runs
+    ModelOptNvFp4FusedMoEMethod's) and name the experts whose scales each GPU slot's
+    derived tensors (g1/g2_alphas, w13/w2_input_scale_quant) are made of."""
+    before = {
+        name: getattr(moe, name).data.clone()
+        for name in ("w13_weight_scale_2", "w2_weight_scale_2", "w13_input_scale", "w2_input_scale")
+    }
+    method = moe.quant_method
+    method.process_weights_after_loading(moe)
+    kt = type(method).__name__ == "KTEPWrapperMethod"
+    n = method.num_gpu_experts if kt else moe.num_local_experts
+    result = {f"loaded_{name}": t.tolist() for name, t in before.items()}
+    result["num_slots"] = int(before["w2_weight_scale_2"].shape[0])
+    result["cpu_wrapper_loaded"] = method.wrapper.loaded_maps if kt else None
+    for gemm, shard, alphas in (("w13", "w1", moe.g1_alphas), ("w2", "w2", moe.g2_alphas)):
+        quant = getattr(moe, f"{gemm}_input_scale_quant").data
+        result[f"{gemm}_input_scale_quant_numel"] = quant.numel()
+        result[f"{gemm}_slots"] = [
+            decode_nvfp4_slot(float(alphas[k]), float(quant[k] if quant.numel() > 1 else quant), shard)
+            for k in range(n)
         ]
-        result["require_global"] = [
-            bool(getattr(params[n], "_sglang_require_global_experts", False))
-            for n in ("w13_input_scale", "w2_input_scale")
-        ]
-        result["num_slots"] = int(ws2.shape[0])
-    else:
-        result.update(decode_slots(params["w13_weight"].data, params["w2_weight"].data))
-    n = kt.num_gpu_experts
-    result["mask_is_prefix"] = bool(kt.gpu_experts_mask[:n].all())
-    if freq_file:
-        os.unlink(freq_file)
     return result
+
+
+def decode_nvfp4_slot(alpha, input_scale_quant, shard):
+    """{"input_scale": expert, "weight_scale_2": expert} of one slot, from
+    input_scale_quant = 1 / input_scale and alpha = input_scale * weight_scale_2;
+    "nan" where an unwritten (NaN) row went in."""
+    if math.isnan(input_scale_quant):
+        return {"input_scale": "nan", "weight_scale_2": "nan" if math.isnan(alpha) else "?"}
+    shift = NVFP4_W2_INPUT_SHIFT if shard == "w2" else 0
+    input_expert = round(math.log2(input_scale_quant)) - 1 - shift
+    ws2 = alpha * input_scale_quant
+    ws2_expert = "nan" if math.isnan(ws2) else round(ws2) - 1 - (NVFP4_W2_WS2_OFFSET if shard == "w2" else 0)
+    return {"input_scale": input_expert, "weight_scale_2": ws2_expert}
 
 
 def decode_part(block, shard, index_dim):

@@ -8,10 +8,14 @@ the schema sgl-kernel uses for ``torch.ops.sgl_kernel.copy_to_gpu_no_ce``.
 - ``copy_to_gpu_no_ce(input, output)``: the op as sgl-kernel dispatches it.
 - ``copy_to_gpu_no_ce_fallback(input, output)``: benchmark-only, forces the one
   fallback kernel at any N.
-- ``copy_list_to_gpu_no_ce(values)``: a list of 1..512 ints to a new int32 tensor on
-  the current CUDA device in one launch; the list is read in C++ (``_C``), not
-  through the dispatcher. ``torch.ops.sgl_kernel_ext.copy_list_to_gpu_no_ce`` is the
-  same function behind the dispatcher (``int[] values``).
+- ``copy_list_to_gpu_no_ce(values)``: what sglang's caller computes,
+  ``torch.tensor(values, dtype=torch.int32)`` on the current CUDA device through the op,
+  with one launch and no CPU tensor for an exact list or tuple of 1..MAX_N ints in int32
+  (read in C++, ``_C``); any other input takes that stock path, so it gets stock's answer
+  or error. ``torch.ops.sgl_kernel_ext.copy_list_to_gpu_no_ce`` is copy.cu's function
+  behind the dispatcher (``int[] values``, read by torch's argument parser).
+- ``list_copier(original)``: the same one-launch copy in front of another caller
+  (``original`` answers every other input), as a C type (the sglang plugin's hooks).
 - ``load_jit(build_directory=None)``: compile the sources on the fly with
   torch.utils.cpp_extension instead of importing the prebuilt ``sgl_kernel_ext._C``.
 
@@ -25,12 +29,15 @@ from pathlib import Path
 
 import torch
 
+from ._build import copy_max_n
+
 __all__ = [
     "NAMESPACE",
     "MAX_N",
     "copy_to_gpu_no_ce",
     "copy_to_gpu_no_ce_fallback",
     "copy_list_to_gpu_no_ce",
+    "list_copier",
     "list_entry_point",
     "ensure_loaded",
     "load_jit",
@@ -38,7 +45,6 @@ __all__ = [
 ]
 
 NAMESPACE = "sgl_kernel_ext"
-MAX_N = 512
 _SOURCES = ("copy.cu", "registration.cc")
 
 _loaded_from: str | None = None
@@ -64,6 +70,9 @@ def source_dir() -> Path:
     raise FileNotFoundError(f"copy.cu/registration.cc not found next to {here}")
 
 
+MAX_N = copy_max_n(source_dir() / "copy.cu")  # copy.cu's kCopyToGpuNoCeMaxN
+
+
 def load_jit(build_directory: str | None = None, verbose: bool = False) -> str:
     """Compile copy.cu and registration.cc with torch.utils.cpp_extension.load, with the
     flags setup.py uses, and load the result as ``sgl_kernel_ext._C``. Returns where the
@@ -73,7 +82,7 @@ def load_jit(build_directory: str | None = None, verbose: bool = False) -> str:
         return _loaded_from or "already registered"
     from ._build import prepare
 
-    cxx, nvcc, include_dirs = prepare()
+    cxx, nvcc, include_dirs = prepare(source_dir() / "copy.cu")
     import torch.utils.cpp_extension as cpp_extension
 
     name = f"{NAMESPACE}_jit"
@@ -144,16 +153,50 @@ def copy_to_gpu_no_ce_fallback(input: torch.Tensor, output: torch.Tensor) -> Non
     _op("copy_to_gpu_no_ce_fallback")(input, output)
 
 
-def list_entry_point():
-    """``_C.copy_list_to_gpu_no_ce``, the C function itself (loads the extension):
-    callers on a hot path bind this once and call it with no Python frame between."""
+_copiers: dict = {}  # original -> its list copier type, made once
+
+
+def list_copier(original):
+    """A C type whose call is the one-launch copy of an exact list or tuple of 1..MAX_N
+    ints in int32 (a new int32 tensor on the current CUDA device) and ``original(...)``
+    for any other arguments (``__wrapped__``). Made once per ``original``."""
+    copier = _copiers.get(original)
+    if copier is None:
+        module = _extension_module()
+        name = getattr(original, "__name__", "copy_list_to_gpu_no_ce")
+        copier = _copiers[original] = module.list_copier(f"sgl_kernel_ext._C.{name}", original)
+    return copier
+
+
+def _extension_module():
     ensure_loaded()
     if _module is None:
         raise ImportError("sgl_kernel_ext: the op is registered but the _C module was not loaded by this package")
-    return _module.copy_list_to_gpu_no_ce
+    if _module.MAX_N != MAX_N:
+        raise ImportError(f"sgl_kernel_ext._C was built for MAX_N = {_module.MAX_N}, copy.cu says {MAX_N}: rebuild it")
+    return _module
+
+
+def _copy_list_through_tensor(values):
+    """sglang's caller as it is without this package, with this package's op."""
+    tensor_cpu = torch.tensor(values, dtype=torch.int32, device="cpu")
+    tensor_gpu = torch.empty_like(tensor_cpu, device="cuda")
+    copy_to_gpu_no_ce(tensor_cpu, tensor_gpu)
+    return tensor_gpu
+
+
+_copy_list_through_tensor.__name__ = "copy_list_to_gpu_no_ce"
+
+
+def list_entry_point():
+    """``copy_list_to_gpu_no_ce`` as a C type (loads the extension): callers on a hot
+    path bind this once and call it with no Python frame between."""
+    return list_copier(_copy_list_through_tensor)
 
 
 def copy_list_to_gpu_no_ce(values: list[int]) -> torch.Tensor:
-    """A list (or tuple) of 1..512 ints, each in int32, to a new int32 tensor on the
-    current CUDA device, with one by-value kernel launch and no copy engine."""
+    """What sglang's caller computes: ``torch.tensor(values, dtype=torch.int32)`` as a
+    new int32 tensor on the current CUDA device, in one by-value kernel launch for an
+    exact list or tuple of 1..MAX_N ints in int32; any other input takes the CPU tensor
+    and the op, with stock's answer or error."""
     return list_entry_point()(values)

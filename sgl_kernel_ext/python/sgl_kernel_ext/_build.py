@@ -4,8 +4,20 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 from pathlib import Path
+
+_MAX_N = re.compile(rb"^constexpr int kCopyToGpuNoCeMaxN = (\d+);$", re.M)
+
+
+def copy_max_n(copy_cu: Path) -> int:
+    """copy.cu's kCopyToGpuNoCeMaxN: the one source of the length bound."""
+    found = _MAX_N.findall(Path(copy_cu).read_bytes())
+    if len(found) != 1:
+        raise ValueError(f"{copy_cu}: expected one `constexpr int kCopyToGpuNoCeMaxN = <n>;` line, found {len(found)}")
+    return int(found[0])
+
 
 # Machine code built when TORCH_CUDA_ARCH_LIST is unset and no GPU is visible (a
 # CPU-only build machine, i.e. the wheel that is shipped): the architectures
@@ -31,11 +43,12 @@ def release_gencode_flags() -> list[str]:
     return [f"-gencode=arch={arch},code={code}" for arch, code in RELEASE_GENCODES] + ["--threads=2"]
 
 
-def prepare() -> tuple[list[str], list[str], list[str]]:
+def prepare(copy_cu: Path | None = None) -> tuple[list[str], list[str], list[str]]:
     """(cxx flags, nvcc flags, include dirs), after pointing torch.utils.cpp_extension
     at the CUDA toolkit of find_cuda_home(). Architectures: RELEASE_GENCODES with
     SGL_KERNEL_EXT_ARCHS=release, else TORCH_CUDA_ARCH_LIST if set, else the visible
-    GPUs (torch's default), else RELEASE_GENCODES.
+    GPUs (torch's default), else RELEASE_GENCODES. With copy_cu, the host compiler gets
+    its length bound as SGL_KERNEL_EXT_MAX_N (registration.cc).
 
     No -std flag: torch.utils.cpp_extension adds the standard the installed torch
     was built with (-std=c++20 for torch 2.14.1, whose headers need it; -std=c++17
@@ -54,7 +67,8 @@ def prepare() -> tuple[list[str], list[str], list[str]]:
     if release or (not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available()):
         # explicit -gencode flags: torch then adds none of its own
         nvcc += release_gencode_flags()
-    return ["-O3"], nvcc, extra_include_dirs(cpp_extension.CUDA_HOME)
+    cxx = ["-O3"] + ([f"-DSGL_KERNEL_EXT_MAX_N={copy_max_n(copy_cu)}"] if copy_cu else [])
+    return cxx, nvcc, extra_include_dirs(cpp_extension.CUDA_HOME)
 
 
 def extra_include_dirs(cuda_home: str | None = None) -> list[str]:

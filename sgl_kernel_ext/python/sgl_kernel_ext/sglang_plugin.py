@@ -6,16 +6,18 @@ plugin's function and then ``HookRegistry.apply_hooks()``. ``register`` asks for
 REPLACE hooks on
 
 - ``sgl_kernel.elementwise.copy_to_gpu_no_ce`` (``TARGET``): the patched op for
-  every N <= 512. apply_hooks sets the attribute and re-points every module that
+  every N <= MAX_N. apply_hooks sets the attribute and re-points every module that
   holds the original by ``from ... import`` (e.g. the ``sgl_kernel`` package
   re-export);
 - ``copy_list_to_gpu_no_ce`` in ``srt/layers/moe/moe_runner/deep_gemm.py``
-  (``CALLER_NO_CE``), the DeepGEMM MoE runner's no-copy-engine branch: the C
-  function that reads the per-expert count list and launches once, instead of
-  torch.tensor(list) + empty_like + the op;
-- ``copy_list_to_gpu`` in the same module (``CALLER_PINNED``), the runner's
-  copy-engine branch, where the patched sglang has it (the DeepGEMM caller patch): the
-  same one launch for 1..512 counts, the original pinned copy otherwise.
+  (``CALLER_NO_CE``), the DeepGEMM MoE runner's no-copy-engine branch, and
+  ``copy_list_to_gpu`` in the same module (``CALLER_PINNED``), its copy-engine branch,
+  where the patched sglang has it (the DeepGEMM caller patch): each becomes
+  ``sgl_kernel_ext.list_copier(original)``, a C type whose call reads an exact list or
+  tuple of 1..MAX_N ints in int32 and launches once, and hands every other input to the
+  original caller, so that input gets the original's answer. A type because the
+  HookRegistry installs a REPLACE class as it is, and wraps a REPLACE function in a
+  Python frame (``wrapper(*args, **kwargs)``) on the path these hooks exist to shorten.
 
 The caller hooks need the built extension (``sgl_kernel_ext._C``); without it
 they are left out with a warning and the op hook still loads the extension at
@@ -54,29 +56,11 @@ def replacement():
     return sgl_kernel_ext.copy_to_gpu_no_ce
 
 
-def list_replacement():
-    """What the no-copy-engine caller becomes: the extension's C function itself."""
+def caller_replacement(original):
+    """What a caller becomes: the one-launch copy, ``original`` for any other input."""
     import sgl_kernel_ext
 
-    return sgl_kernel_ext.list_entry_point()
-
-
-def pinned_replacement(original):
-    """What the copy-engine caller becomes: one launch for 1..MAX_N counts (the
-    kernel-argument copy needs no copy engine, but may run where one is allowed),
-    ``original`` for any other length."""
-    import sgl_kernel_ext
-
-    fast = sgl_kernel_ext.list_entry_point()
-    max_n = sgl_kernel_ext.MAX_N
-
-    def copy_list_to_gpu(arr):
-        if 0 < len(arr) <= max_n:
-            return fast(arr)
-        return original(arr)
-
-    copy_list_to_gpu.__wrapped__ = original
-    return copy_list_to_gpu
+    return sgl_kernel_ext.list_copier(original)
 
 
 def register() -> bool:
@@ -94,16 +78,16 @@ def register() -> bool:
     _registered = True
     logger.info("sgl_kernel_ext: %s -> torch.ops.sgl_kernel_ext", TARGET)
     try:
-        fast = list_replacement()
         caller = importlib.import_module(CALLER_MODULE)
+        hooks = {
+            target: caller_replacement(getattr(caller, target.rpartition(".")[2]))
+            for target in (CALLER_NO_CE, CALLER_PINNED)
+            if hasattr(caller, target.rpartition(".")[2])
+        }
     except ImportError as exc:
         logger.warning("sgl_kernel_ext: caller fast path not installed (%s)", exc)
         return True
-    HookRegistry.register(CALLER_NO_CE, fast, HookType.REPLACE)
-    hooked = [CALLER_NO_CE]
-    original = getattr(caller, CALLER_PINNED.rpartition(".")[2], None)
-    if original is not None:
-        HookRegistry.register(CALLER_PINNED, pinned_replacement(original), HookType.REPLACE)
-        hooked.append(CALLER_PINNED)
-    logger.info("sgl_kernel_ext: %s -> sgl_kernel_ext._C.copy_list_to_gpu_no_ce", ", ".join(hooked))
+    for target, hook in hooks.items():
+        HookRegistry.register(target, hook, HookType.REPLACE)
+    logger.info("sgl_kernel_ext: %s -> sgl_kernel_ext.list_copier", ", ".join(hooks))
     return True

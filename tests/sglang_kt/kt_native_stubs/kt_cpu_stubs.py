@@ -11,13 +11,16 @@ KT weight-loader tests use; everything else is the real upstream code:
   ``quantization/fp8.py``).
 - ``torch.cuda.Stream`` / ``torch.cuda.Event``: inert objects; ``KTEPWrapperMethod``
   creates a CPU-expert stream and an event on TP rank 0 in ``create_weights`` and
-  they are not used while loading weights.
+  they are not used while loading weights. ``torch.cuda.synchronize``: a no-op (its
+  ``process_weights_after_loading`` synchronises before loading the CPU experts).
 - ``kt_kernel.KTMoEWrapper`` as seen by ``kt_ep_wrapper`` (``CpuExpertEngineStandIn``,
   installed by ``use_cpu_expert_engine_stand_in``): the real kt-kernel 0.7.2 package
   is installed and imported (so ``KTRANSFORMERS_AVAILABLE`` is genuinely True and the
   ``frequency`` strategy uses its real ``generate_gpu_experts_masks``), but its CPU
   expert engine allocates pinned host memory in its constructor, which needs a CUDA
-  driver ("Found no NVIDIA driver"). The GPU weight loader never calls it.
+  driver ("Found no NVIDIA driver"). The GPU weight loader never calls it;
+  ``process_weights_after_loading`` calls its ``load_weights``, which records its
+  argument.
 
 Also usable as a pytest plugin: ``python -m pytest -p kt_cpu_stubs ...``.
 """
@@ -40,6 +43,7 @@ if not torch.cuda.is_available():
     torch.cuda.get_device_capability = _device_capability
     torch.cuda.Stream = _InertCudaObject
     torch.cuda.Event = _InertCudaObject
+    torch.cuda.synchronize = lambda device=None: None
 
 import sgl_kernel  # noqa: E402,F401  (the stub: fail here, not deep inside sglang)
 
@@ -52,7 +56,10 @@ class CpuExpertEngineStandIn:
     """Stands in for kt_kernel.KTMoEWrapper (see above); the weight loader never calls it."""
 
     def __init__(self, **kwargs):
-        pass
+        self.loaded_maps = []
+
+    def load_weights(self, physical_to_logical_map_cpu):
+        self.loaded_maps.append(physical_to_logical_map_cpu.tolist())
 
 
 def keep_cuda_copies_on_cpu():
