@@ -159,7 +159,7 @@ def cmd_wheels(args: argparse.Namespace, ctx: Context) -> int:
 
     Each pinned wheel's twin is built from the verified tree (same tags, a local version label); with
     --checkout, upstream's own build of the checkout's python/, once the series is in."""
-    out_dir, local = (args.out or ctx.root / "dist").resolve(), ctx.manifest.local_version
+    out_dir, local = (args.out or doctor.default_dist(ctx.root)).resolve(), ctx.manifest.local_version
     if args.print_names:
         lines = wheels.print_names(ctx.manifest.select(args.target), ctx.cache, out_dir, local, args.for_python)
         print("\n".join(lines))
@@ -287,7 +287,7 @@ def _add_commands(commands: argparse._SubParsersAction) -> None:
     _add(commands, cmd_pins)
 
     p = _add(commands, cmd_wheels, checkout=True)
-    p.add_argument("--out", type=Path, help="output folder (default: <repo>/dist, where doctor looks)")
+    p.add_argument("--out", type=Path, help="output folder (default: where doctor looks: <repo>/dist, else ./dist)")
     p.add_argument(
         "--print-names",
         action="store_true",
