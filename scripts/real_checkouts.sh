@@ -1,22 +1,69 @@
 #!/usr/bin/env bash
 # Run the tool as a user would on real clones (docs/real-checkouts.md):
-#   scripts/real_checkouts.sh [-t TARGET] CLONE COMMIT...
+#   scripts/real_checkouts.sh [-t TARGET] [--hostile] CLONE COMMIT...
 # For each commit: status, apply, status, revert, apply, revert on a detached checkout,
-# printing each command, its output and exit code. CLONE is a throw-away work tree.
+# printing each command, its output and exit code. --hostile then adds: status under GIT_DIR
+# (the index must stay byte-identical), two applies at once, and kill -9 of apply at several
+# delays followed by `apply --abort`. CLONE is a throw-away work tree.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 tool=("$here/.venv/bin/sgl-overlay" --patches "$here/patches")
 only=()
-if [[ ${1:-} == -t ]]; then only=(-t "$2"); shift 2; fi
+hostile=0
+while [[ ${1:-} == -* ]]; do
+  case $1 in
+    -t) only=(-t "$2"); shift 2 ;;
+    --hostile) hostile=1; shift ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
 clone=$1; shift
 run() {
   echo "\$ sgl-overlay $* ${only[*]} --checkout $clone"
   "${tool[@]}" "$@" "${only[@]}" --checkout "$clone" 2>&1
   echo "rc=$?"
 }
+same_tree() {  # HEAD, no change, no git operation or lock left
+  local gd="$clone/.git"
+  echo "tree: HEAD $(git -C "$clone" rev-parse --short HEAD) (want $(git -C "$clone" rev-parse --short "$1")), $(git -C "$clone" status --porcelain | wc -l) changed file(s), leftovers: $(ls -d "$gd"/rebase-apply "$gd"/sgl-overlay* 2>/dev/null | wc -l)"
+}
+hostile_runs() {
+  local commit=$1 index
+  index=$(sha256sum "$clone/.git/index" | cut -c1-16)
+  echo "\$ GIT_DIR=$clone/.git GIT_INDEX_FILE=$clone/.git/index sgl-overlay status --checkout $clone"
+  GIT_DIR="$clone/.git" GIT_INDEX_FILE="$clone/.git/index" "${tool[@]}" status "${only[@]}" --checkout "$clone" >/dev/null 2>&1
+  echo "rc=$? index $index -> $(sha256sum "$clone/.git/index" | cut -c1-16)"
+  echo "\$ two applies at once"
+  local out
+  out=$(mktemp -d)
+  "${tool[@]}" apply "${only[@]}" --checkout "$clone" >"$out/a" 2>&1 &
+  local a=$!
+  "${tool[@]}" apply "${only[@]}" --checkout "$clone" >"$out/b" 2>&1
+  local rb=$?
+  wait $a
+  local ra=$?
+  echo "rc=$ra: $(tail -1 "$out/a" | cut -c1-200)"
+  echo "rc=$rb: $(tail -1 "$out/b" | cut -c1-200)"
+  rm -rf "$out"
+  echo "overlay commits: $(git -C "$clone" rev-list --count "$commit"..HEAD)"
+  run revert >/dev/null
+  for delay in 0.3 0.6 1.0 1.5; do
+    "${tool[@]}" apply "${only[@]}" --checkout "$clone" >/dev/null 2>&1 &
+    local pid=$!
+    sleep "$delay"
+    kill -9 $pid 2>/dev/null
+    wait $pid 2>/dev/null
+    sleep 0.5
+    echo "\$ kill -9 apply after ${delay}s, then apply --abort"
+    "${tool[@]}" apply --abort --checkout "$clone" 2>&1 | cut -c1-160
+    run revert >/dev/null
+    same_tree "$commit"
+  done
+}
 for commit in "$@"; do
   git -C "$clone" checkout -q --detach "$commit" && git -C "$clone" reset -q --hard && git -C "$clone" clean -qfd
   echo "=== $(git -C "$clone" log -1 --format='%h %ad %s' --date=short)"
   run status; run apply; run status; run revert; run apply; run revert
   echo "tree back at $commit: $(git -C "$clone" rev-parse --short HEAD), $(git -C "$clone" status --porcelain | wc -l) changed file(s)"
+  if ((hostile)); then hostile_runs "$(git -C "$clone" rev-parse HEAD)"; fi
 done

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 from sgl_overlay import gitutil
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.manifest import Manifest, Target
-from sgl_overlay.patchfile import Series
+from sgl_overlay.series import Series
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ MOVES = (
 class Checkout:
     path: Path
     targets: tuple[Target, ...]
-    embedded: bool  # a tree `sgl-overlay fetch` laid out (fixed identity, reproducible commits)
+    laid_out: bool  # a tree `sgl-overlay fetch` laid out: its commits get the tool's fixed identity (run_am)
     # Targets a plain command reports on but does not apply: name -> why (e.g. a fork's own
     # copy of sgl-kernel/). `-t NAME` makes one required again.
     optional: dict[str, str] = field(default_factory=dict)
@@ -143,7 +144,7 @@ def detect(path: Path, manifest: Manifest, only: list[str] | None = None) -> Che
     return Checkout(
         path=repo,
         targets=tuple(found),
-        embedded=bool(marked),
+        laid_out=bool(marked),
         optional=optional,
         placements={n: p for n, p in placements.items() if any(t.name == n for t in found)},
         series={t.name: Series.read(t) for t in found},
@@ -154,13 +155,22 @@ def ensure_writable(co: Checkout) -> None:
     """Refuse a tree with a half-finished git operation or uncommitted changes."""
     busy = gitutil.operation_in_progress(co.path)
     if busy:
-        raise OverlayError(
-            f"{co.path} has {busy} in progress (half-applied series?); finish it or run "
-            "`git am --abort` / `git rebase --abort` there, then try again"
-        )
+        what, ends = busy
+        raise OverlayError(f"{co.path} has {what}; finish it or run {ends} there, then try again")
     dirty = gitutil.changed_files(co.path)
     if dirty:
         raise OverlayError(
             f"{co.path} has uncommitted changes in {len(dirty)} file(s) (first: {dirty[0]}); "
             "commit or stash them, then try again"
         )
+
+
+def ensure_hooks_run(co: Checkout) -> None:
+    """Refuse a user's checkout whose commit-msg hook the overlay's `git am` commits would bypass."""
+    if not co.laid_out:
+        hook = gitutil.git_path(co.path, "hooks/commit-msg")
+        if hook.is_file() and os.access(hook, os.X_OK):
+            raise OverlayError(
+                f"{co.path} has a commit-msg hook ({hook}) that `git am` does not run: the overlay's commits "
+                f"would bypass it; to accept that, `chmod -x {hook}` for this apply and `chmod +x` it after"
+            )

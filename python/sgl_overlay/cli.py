@@ -4,17 +4,38 @@ Exit codes: 0 ok, 1 failure, 2 usage, 130 interrupted."""
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
-from sgl_overlay import __version__, doctor, export, fetch, matrix, matrix_report, operations, tree, wheels
-from sgl_overlay.checkout import Checkout, detect
-from sgl_overlay.errors import OverlayError, UsageError
-from sgl_overlay.manifest import Kind, Manifest, load_manifest
-from sgl_overlay.patchfile import Series
-from sgl_overlay.verify import verify_tree
+try:  # Ctrl-C while the modules load is one line too
+    from collections.abc import Callable, Iterator
+    from dataclasses import dataclass
+    from pathlib import Path
+
+    from sgl_overlay import (
+        __version__,
+        doctor,
+        export,
+        fetch,
+        gitutil,
+        matrix,
+        matrix_report,
+        operations,
+        pins,
+        scratch,
+        transaction,
+        tree,
+        wheels,
+    )
+    from sgl_overlay.checkout import Checkout, detect
+    from sgl_overlay.errors import Interrupted, OverlayError, UsageError
+    from sgl_overlay.manifest import Kind, Manifest, load_manifest
+    from sgl_overlay.series import Series
+    from sgl_overlay.verify import verify_tree
+except KeyboardInterrupt:
+    print("sgl-overlay: interrupted while starting; nothing was changed", file=sys.stderr)
+    raise SystemExit(130) from None
 
 
 @dataclass(frozen=True)
@@ -45,10 +66,8 @@ def cmd_fetch(args: argparse.Namespace, ctx: Context) -> int:
     Wheels are cached and sha256-checked; build/trees/<target> gets one commit, tagged `upstream`. sgl-kernel's
     pre-images come from its full-context patch, with no network."""
     for target in ctx.manifest.select(args.target):
-        if target.kind == Kind.WHEEL:
-            wheel, series = fetch.fetch_wheels(target, ctx.cache, args.offline)[0], None
-        else:
-            wheel, series = None, Series.read(target)
+        series = Series.read(target)
+        wheel = fetch.fetch_wheels(target, ctx.cache, args.offline)[0] if target.kind == Kind.WHEEL else None
         print(tree.lay_out(target, ctx.trees / target.name, wheel, series, force=args.force), flush=True)
     return 0
 
@@ -57,7 +76,12 @@ def cmd_apply(args: argparse.Namespace, ctx: Context) -> int:
     """Apply the patch series, all or nothing (a failure or Ctrl-C rolls the tree back).
 
     Patches already in are reported, not applied again. An optional target (a fork's own sgl-kernel/, a moved
-    folder) gets one line saying what its patch would do; -t NAME applies it."""
+    folder) gets one line saying what its patch would do; -t NAME applies it. --abort rolls back what a killed
+    apply or revert left (its journal in the git directory) and removes its lock."""
+    if args.abort:
+        for co in ctx.checkouts(args):
+            print(transaction.abort(co.path), flush=True)
+        return 0
     for co in ctx.checkouts(args):
         for line in operations.apply(co, args.strict):
             print(line, flush=True)
@@ -114,6 +138,19 @@ def cmd_export(args: argparse.Namespace, ctx: Context) -> int:
     for target in ctx.manifest.select(args.target):
         for line in export.export_series(target, ctx.trees / target.name):
             print(line)
+    for line in pins.rewrite(
+        load_manifest(ctx.manifest.path.parent), ctx.manifest.select(args.target) if args.target else None
+    ):
+        print(line)
+    return 0
+
+
+def cmd_pins(args: argparse.Namespace, ctx: Context) -> int:
+    """(maintainers) Rewrite the manifest's `preimages` tables from the series (each file's first-touch blob).
+
+    Every other command refuses a table the series disagrees with; `export` rewrites it too."""
+    for line in pins.rewrite(ctx.manifest, ctx.manifest.select(args.target) if args.target else None):
+        print(line)
     return 0
 
 
@@ -122,13 +159,13 @@ def cmd_wheels(args: argparse.Namespace, ctx: Context) -> int:
 
     Each pinned wheel's twin is built from the verified tree (same tags, a local version label); with
     --checkout, upstream's own build of the checkout's python/, once the series is in."""
-    out_dir, local = args.out.resolve(), ctx.manifest.local_version
+    out_dir, local = (args.out or doctor.default_dist(ctx.root)).resolve(), ctx.manifest.local_version
     if args.print_names:
         lines = wheels.print_names(ctx.manifest.select(args.target), ctx.cache, out_dir, local, args.for_python)
         print("\n".join(lines))
         return 0
     if args.checkout is not None:
-        print(f"built {wheels.build_from_checkout(detect(args.checkout, ctx.manifest, args.target), out_dir)}")
+        print(f"built {wheels.build_from_checkout(detect(args.checkout, ctx.manifest, args.target), out_dir, local)}")
         return 0
     for target in ctx.manifest.select(args.target):
         if target.kind != Kind.WHEEL:
@@ -183,6 +220,11 @@ class Parser(argparse.ArgumentParser):
 
 
 Command = Callable[[argparse.Namespace, Context], int]
+GLOBAL_DIRS = {
+    "--patches": "the overlay's patches/ folder (default: $SGL_OVERLAY_PATCHES or this checkout's)",
+    "--trees": "where `fetch` lays out targets (default: <repo>/build/trees)",
+    "--cache": "wheel download cache (default: <repo>/.cache/wheels)",
+}
 
 
 def _add(
@@ -192,6 +234,8 @@ def _add(
     doc = func.__doc__ or ""
     p = commands.add_parser(func.__name__.removeprefix("cmd_"), help=doc.partition("\n")[0], description=doc)
     p.set_defaults(func=func)
+    for flag in GLOBAL_DIRS:  # also accepted after the command
+        p.add_argument(flag, type=Path, metavar="DIR", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     if targets:
         p.add_argument(
             "--target",
@@ -220,11 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 ok, 1 failure, 2 usage error, 130 interrupted (tree rolled back).",
     )
     parser.add_argument("--version", action="version", version=f"sgl-overlay {__version__}")
-    for flag, what in (
-        ("--patches", "the overlay's patches/ folder (default: $SGL_OVERLAY_PATCHES or this checkout's)"),
-        ("--trees", "where `fetch` lays out targets (default: <repo>/build/trees)"),
-        ("--cache", "wheel download cache (default: <repo>/.cache/wheels)"),
-    ):
+    for flag, what in GLOBAL_DIRS.items():
         parser.add_argument(flag, type=Path, metavar="DIR", help=what)
     _add_commands(parser.add_subparsers(dest="command", required=True, parser_class=Parser))
     return parser
@@ -237,15 +277,17 @@ def _add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="lay trees out again even if they exist")
     p = _add(commands, cmd_apply, checkout=True)
     p.add_argument("--strict", action="store_true", help="refuse when a pinned pre-image blob differs")
+    p.add_argument("--abort", action="store_true", help="roll back what a killed apply or revert left, remove its lock")
     p = _add(commands, cmd_check, checkout=True)
     p.add_argument("--strict", action="store_true", help="treat a differing pre-image blob as a failure")
     _add(commands, cmd_status, checkout=True)
     _add(commands, cmd_revert, checkout=True)
     _add(commands, cmd_verify)
     _add(commands, cmd_export)
+    _add(commands, cmd_pins)
 
     p = _add(commands, cmd_wheels, checkout=True)
-    p.add_argument("--out", type=Path, default=Path("dist"), help="output folder (default: dist)")
+    p.add_argument("--out", type=Path, help="output folder (default: where doctor looks: <repo>/dist, else ./dist)")
     p.add_argument(
         "--print-names",
         action="store_true",
@@ -279,10 +321,19 @@ def _add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--offline", action="store_true", help="use only the wheel cache")
 
 
+def _terminate(signum: int, _frame: object) -> None:
+    raise Interrupted(f"terminated by signal {signum}")  # unwinds, so temp folders and locks go
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
+        signal.signal(signal.SIGTERM, _terminate)
+        scratch.sweep()
         args = build_parser().parse_args(argv)
         manifest = load_manifest(args.patches)
+        gitutil.ensure_git_runs()  # before any git call could blame a patch or a checkout for it
+        if args.func not in (cmd_pins, cmd_export):
+            pins.check(manifest)
         root = manifest.path.parent.parent
         trees = (args.trees or root / "build" / "trees").resolve()
         cache = (args.cache or root / ".cache" / "wheels").resolve()
@@ -292,7 +343,20 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         print("sgl-overlay: interrupted", file=sys.stderr)
-        return operations.Interrupted.exit_code
+        return Interrupted.exit_code
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as a shell would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    except UnicodeError as exc:
+        print(f"sgl-overlay: error: a file is not valid text ({exc}); restore it from git", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        print(
+            f"sgl-overlay: error: cannot use{where}: {exc.strerror or exc}; check it exists and is readable/writable",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

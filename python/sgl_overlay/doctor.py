@@ -10,8 +10,9 @@ from pathlib import Path
 from packaging.version import Version
 
 from sgl_overlay import gitutil, subproc
+from sgl_overlay.errors import UsageError
 from sgl_overlay.manifest import Kind, Manifest
-from sgl_overlay.patchfile import Series
+from sgl_overlay.series import Series
 from sgl_overlay.wheels import no_wheel_fits, patched_wheel_name, shipped_changes, wheel_for_python, wheel_path_of
 
 KERNEL_DISTS = ("sglang-kernel", "sgl-kernel")
@@ -85,7 +86,12 @@ def check_python_target(
     else:
         patched = dist_dir / patched_wheel_name(pin.file, manifest.local_version)
         fix = f"pip install --no-deps --force-reinstall {patched}"
+        if not patched.is_file():
+            fix += " (not built yet: run `sgl-overlay wheels` first)"
     installed = Version(info["version"])
+    if installed.local == manifest.local_version and installed.base_version != target.version:
+        what = f"installed {installed}: built by `sgl-overlay wheels --checkout` once the series was in"
+        return [Finding(name, what, True, "")]
     if installed.base_version != target.version:
         what = f"installed {installed}, the overlay pins {target.version}: fixes not checked"
         return [Finding(name, what, False, f"pip install {target.requirement} && {fix}" if pin else fix)]
@@ -124,6 +130,8 @@ def check_kernel(data: dict, dist_dir: Path) -> list[Finding]:
 def doctor(
     manifest: Manifest, python: str, dist_dir: Path, live: bool = True, site: Path | None = None
 ) -> tuple[list[str], bool]:
+    if site is not None and not site.is_dir():
+        raise UsageError(f"--site {site} is not a folder; pass the DIR of `pip install --target DIR`")
     wheel_targets = [t for t in manifest.targets.values() if t.kind == Kind.WHEEL]
     data = probe(python, [t.dist_name for t in wheel_targets], live, site)
     lines = [f"environment: {data['python']}"]
@@ -139,8 +147,12 @@ def doctor(
     findings += check_kernel(data, dist_dir)
     if not findings:
         return lines + ["no sglang, sglang-kt or sgl-kernel installed here; pass --python of the serving env"], False
+    if not any(k in data["dists"] for k in KERNEL_NAMES):
+        lines.append(f"no {' or '.join(KERNEL_NAMES)} installed here: the kernel fix is not checked")
+    shown: set[str] = set()  # one fix often mends several findings: print it once, under the first
     for f in findings:
         lines.append(f"  [{'ok' if f.ok else 'MISSING'}] {f.target}: {f.what}")
         if not f.ok:
-            lines.append(f"      fix: {f.fix}")
+            lines.append(f"      fix: {f.fix}" if f.fix not in shown else "      fix: the one above")
+            shown.add(f.fix)
     return lines, all(f.ok for f in findings)

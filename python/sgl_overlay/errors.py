@@ -9,3 +9,7 @@ class OverlayError(Exception):
 
 class UsageError(OverlayError):
     exit_code = 2
+
+
+class Interrupted(OverlayError):
+    exit_code = 130  # what a shell reports for Ctrl-C

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
-from sgl_overlay import gitutil
+from sgl_overlay import gitutil, scratch
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.manifest import Target
-from sgl_overlay.patchfile import FULL_CONTEXT
+from sgl_overlay.series import FULL_CONTEXT
 from sgl_overlay.tree import BASE_TAG, is_ready
 
 
 def export_series(target: Target, tree: Path) -> list[str]:
     if not is_ready(tree, target):
         raise OverlayError(f"no tree for {target.name} at {tree}; run `sgl-overlay fetch` and `apply` first")
-    with tempfile.TemporaryDirectory() as tmp:
+    with scratch.folder("export") as tmp:
         args = ["format-patch", "-q", "--full-index", "--no-signature", "-o", tmp]
         if target.full_context:
             args.append(FULL_CONTEXT)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -26,10 +27,8 @@ def git(
     check: bool = True,
     env: dict[str, str] | None = None,
     input: str | bytes | None = None,
-    new_session: bool = False,
 ) -> subprocess.CompletedProcess:
-    """Run git in `repo` (None: outside any repository). `new_session` shields it from the
-    terminal's Ctrl-C."""
+    """Run git in `repo` (None: outside any repository), in the clean environment subproc gives."""
     where = f" in {repo}" if repo is not None else ""
     return subproc.run(
         ["git", *(["-C", str(repo)] if repo is not None else []), *args],
@@ -37,7 +36,6 @@ def git(
         check=check,
         env={"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", **(env or {})},
         input=input,
-        new_session=new_session,
     )
 
 
@@ -50,11 +48,23 @@ def toplevel(path: Path) -> Path:
         raise OverlayError(f"{path} does not exist; pass the root of a git checkout")
     proc = git(path, "rev-parse", "--show-toplevel", check=False)
     if proc.returncode != 0:
+        ensure_git_runs()
         raise OverlayError(
             f"not a git directory: {path}; pass the root of a git checkout of "
             "sgl-project/sglang or kvcache-ai/sglang (or run `sgl-overlay fetch`)"
         )
     return Path(proc.stdout.strip())
+
+
+def ensure_git_runs() -> None:
+    """Refuse a `git` on PATH that does not run (a broken wrapper, a wrong binary)."""
+    proc = git(None, "--version", check=False)
+    if proc.returncode != 0 or not proc.stdout.startswith("git version"):
+        found = shutil.which("git") or "git"
+        raise OverlayError(
+            f"{found} does not work as git (`git --version`: {subproc.failure_reason(proc)}); "
+            "put a working git first on PATH"
+        )
 
 
 def head(repo: Path) -> str:
@@ -65,18 +75,30 @@ def git_dir(repo: Path) -> Path:
     return Path(out(repo, "rev-parse", "--absolute-git-dir"))
 
 
-def operation_in_progress(repo: Path) -> str | None:
-    """Name the half-finished git operation (am, rebase, merge, ...) if there is one."""
+def git_path(repo: Path, name: str) -> Path:
+    """Where git keeps `name` for this checkout (`hooks/commit-msg` honours core.hooksPath)."""
+    return (repo / out(repo, "rev-parse", "--git-path", name)).resolve()
+
+
+def operation_in_progress(repo: Path) -> tuple[str, str] | None:
+    """The half-finished git operation (am, rebase, merge, bisect, ...) and the command that ends it."""
     gd = git_dir(repo)
-    for name, what in (
-        ("rebase-apply", "a `git am` or rebase"),
-        ("rebase-merge", "a rebase"),
-        ("MERGE_HEAD", "a merge"),
-        ("CHERRY_PICK_HEAD", "a cherry-pick"),
-        ("REVERT_HEAD", "a revert"),
+    if (gd / "rebase-apply" / "applying").exists():
+        return "a `git am` in progress (half-applied series?)", "`git am --abort`"
+    for name, what, ends in (
+        ("rebase-apply", "a rebase in progress", "`git rebase --abort`"),
+        ("rebase-merge", "a rebase in progress", "`git rebase --abort`"),
+        ("MERGE_HEAD", "a merge in progress", "`git merge --abort`"),
+        ("CHERRY_PICK_HEAD", "a cherry-pick in progress", "`git cherry-pick --abort`"),
+        ("REVERT_HEAD", "a revert in progress", "`git revert --abort`"),
+        (
+            "BISECT_LOG",
+            "a bisect in progress (its next `git bisect good/bad` would judge the overlay's commits)",
+            "`git bisect reset`",
+        ),
     ):
         if (gd / name).exists():
-            return what
+            return what, ends
     return None
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from sgl_overlay.errors import OverlayError
+from sgl_overlay.errors import OverlayError, UsageError
 
 MANIFEST_NAME = "manifest.toml"
 SCHEMA = 1
@@ -113,7 +113,7 @@ class Manifest:
 
     def get(self, name: str) -> Target:
         if name not in self.targets:
-            raise OverlayError(f"unknown target {name!r}; known targets: {', '.join(sorted(self.targets))}")
+            raise UsageError(f"unknown target {name!r}; known targets: {', '.join(sorted(self.targets))}")
         return self.targets[name]
 
     def select(self, names: list[str] | None) -> list[Target]:
@@ -217,6 +217,12 @@ def load_manifest(patches_dir: Path | None = None) -> Manifest:
         raise OverlayError(f"no manifest at {path}; pass --patches DIR pointing at the overlay's patches/ folder")
     try:
         data = tomllib.loads(path.read_text())
+    except UnicodeDecodeError as exc:
+        raise OverlayError(
+            f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); restore it with `git checkout -- {path}`"
+        ) from None
+    except OSError as exc:
+        raise OverlayError(f"cannot read {path} ({exc.strerror}); check its permissions") from None
     except tomllib.TOMLDecodeError as exc:
         raise OverlayError(f"{path} is not valid TOML ({exc}); restore it with `git checkout -- {path}`") from None
     if "schema" not in data:

@@ -9,7 +9,6 @@ import dataclasses
 import os
 import re
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,11 +18,12 @@ from xml.etree import ElementTree
 
 from packaging.version import InvalidVersion, Version
 
-from sgl_overlay import fetch, gitutil, operations, tree
+from sgl_overlay import fetch, gitutil, transaction, tree
 from sgl_overlay.errors import OverlayError, UsageError
 from sgl_overlay.manifest import Kind, Manifest, MatrixSpec, PinnedWheel, Target
-from sgl_overlay.patchfile import Patch, Series
-from sgl_overlay.series import PatchStatus, ScratchIndex, State, series_status
+from sgl_overlay.scratch import folder
+from sgl_overlay.series import Patch, Series
+from sgl_overlay.states import PatchStatus, ScratchIndex, State, series_status
 from sgl_overlay.subproc import failure_reason
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout this package sits in (its venvs)
@@ -38,7 +38,7 @@ class Outcome(StrEnum):
 
     EXACT = "exact"
     OFFSETS = "offsets"
-    THREE_WAY = "3way"
+    THREE_WAY = "3-way"
     CONFLICT = "conflict"
     ABSENT = "absent"
     UPSTREAM = "upstream"
@@ -139,22 +139,23 @@ def lay_out_version(target: Target, spec: MatrixSpec, version: str, opts: Option
     variants = [spec.variant_for(name, version) for name in target.patches]
     files = tuple(v.file if v else name for v, name in zip(variants, target.patches))
     run = VersionRun(version=version)
-    vt = dataclasses.replace(target, patches=files)  # the target as of this version
+    at_version = dataclasses.replace(target, patches=files)  # the target as of this version
     wheel = None
     if target.kind == Kind.WHEEL:
         wheel, run.sha256 = fetch.fetch_version_wheel(target, version, opts.cache, opts.offline)
         run.wheel = wheel.name
-        vt = dataclasses.replace(vt, version=version, wheels=(PinnedWheel(wheel.name, run.sha256),))
-    series = Series.read(vt)
+        at_version = dataclasses.replace(at_version, version=version, wheels=(PinnedWheel(wheel.name, run.sha256),))
+    series = Series.read(at_version)
     dest = opts.build / f"{target.name}-{version}"
     made_by = run.sha256 or "none"  # the wheel the tree is laid out from
     t0 = time.monotonic()
-    if tree.is_ready(dest, vt) and gitutil.config_get(dest, "sgl-overlay.matrix-sha256") == made_by:
-        operations.rollback(dest, gitutil.out(dest, "rev-parse", tree.BASE_TAG))
+    if tree.is_ready(dest, at_version) and gitutil.config_get(dest, "sgl-overlay.matrix-sha256") == made_by:
+        transaction.discard_leftovers(dest)
+        transaction.rollback(dest, gitutil.out(dest, "rev-parse", tree.BASE_TAG))
         gitutil.git(dest, "clean", "-qfdx")
         line = f"{dest} reused"
     else:
-        line = tree.lay_out(vt, dest, wheel, series, force=True, check_pins=version == target.pinned)
+        line = tree.lay_out(at_version, dest, wheel, series, force=True, check_pins=version == target.pinned)
         gitutil.git(dest, "config", "sgl-overlay.matrix-sha256", made_by)
     log(f"matrix {target.name} {version}: {line} ({time.monotonic() - t0:.1f} s)")
     return _VersionTree(dest, series, dict(zip(files, target.patches)), run)
@@ -191,19 +192,19 @@ def _hunk_of(patch: Patch, detail: str) -> str:
     return f"{path}: hunk at pinned line {line}"
 
 
-def _differs_from_pin(patch: Patch, vtree: Path, vt: Target) -> list[str]:
+def _differs_from_pin(patch: Patch, vtree: Path, at_version: Target) -> list[str]:
     """Files the patch modifies that are, in this version, neither the patch's own `index` pre-image
     (a variant authored on that version's file) nor the pinned blob."""
     found = patch.not_at_preimage(lambda path: gitutil.blob_at(vtree, tree.BASE_TAG, path))
-    return [c.path for c, here in found if here is None or here != vt.preimages.get(c.path)]
+    return [c.path for c, here in found if here is None or here != at_version.preimages.get(c.path)]
 
 
-def classify(st: PatchStatus, vtree: Path, vt: Target) -> Cell:
+def classify(st: PatchStatus, vtree: Path, at_version: Target) -> Cell:
     """The cell of one patch in a tree freshly reset to `upstream` (so nothing is APPLIED yet)."""
     match st.state:
         case State.APPLICABLE:
-            if differ := _differs_from_pin(st.patch, vtree, vt):
-                offsets = st.detail.replace(".; ", "; ").rstrip(".") or "no line offsets"
+            if differ := _differs_from_pin(st.patch, vtree, at_version):
+                offsets = st.detail or "no line offsets"
                 return Cell(Outcome.OFFSETS, f"{', '.join(differ)} differ from the pin; {offsets}")
             return Cell(Outcome.EXACT, "pre-image blob ids equal the pin")
         case State.APPLICABLE_3WAY:  # git does not always name where the exact apply failed
@@ -220,12 +221,14 @@ def classify(st: PatchStatus, vtree: Path, vt: Target) -> Cell:
 
 def apply_and_commit(vtree: Path, patch: Patch) -> str:
     """`git am -3` one patch; '' on success, else a one-line reason (tree rolled back)."""
-    orig = gitutil.head(vtree)
-    proc = operations.run_am(vtree, [patch.path], embedded=True)
-    if proc.returncode == 0:
-        return ""
-    operations.rollback(vtree, orig)
-    return operations.am_failure(proc)
+    with transaction.locked(vtree, "matrix"), transaction.Change(vtree, "matrix", [], [patch.subject]) as change:
+        proc = transaction.run_am(vtree, [patch.path], laid_out=True)
+        if change.caught:
+            raise change.interrupted()
+        if proc.returncode == 0:
+            return ""
+        change.roll_back()
+        return transaction.am_failure(proc)
 
 
 def patch_test_files(patch: Patch) -> list[str]:
@@ -263,7 +266,7 @@ def run_patch_tests(
         return TestResult(Tests.NO_TESTS, "the patch adds or changes no test file")
     pythonpath = os.pathsep.join([str(vtree / "python"), *map(str, extra_path or [])])
     env = {**os.environ, "PYTHONPATH": pythonpath, "PYTHONDONTWRITEBYTECODE": "1"}
-    with tempfile.TemporaryDirectory(prefix="sgl-overlay-junit-") as tmp:
+    with folder("junit") as tmp:
         xml = Path(tmp) / "junit.xml"
         cmd = [str(python), *PYTEST, f"--junitxml={xml}", *pytest_args, *files]
         try:

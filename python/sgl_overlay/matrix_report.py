@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sgl_overlay.matrix import LEGEND, Outcome, TargetRun, Tests
 
-SCHEMA = 1  # of compat-matrix.json
+SCHEMA = 2  # of compat-matrix.json
 
 
 def _json_fields(items: list[tuple[str, object]]) -> dict:
@@ -25,7 +25,7 @@ def to_json(runs: list[TargetRun]) -> dict:
     return {"schema": SCHEMA, "generated_by": "sgl-overlay matrix", "outcomes": LEGEND, "targets": targets}
 
 
-_SHORT = {Outcome.THREE_WAY: "3-way", Outcome.CONFLICT: "**conflict**"}  # else the outcome itself
+_SHORT = {Outcome.CONFLICT: "**conflict**"}  # else the outcome itself
 _TEST_MARK = {
     Tests.PASS: "tests pass",
     Tests.FAIL: "**tests FAIL**",

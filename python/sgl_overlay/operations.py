@@ -3,61 +3,19 @@ lines that report them."""
 
 from __future__ import annotations
 
-import contextlib
-import signal
+import os
 import subprocess
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
 
-from sgl_overlay import gitutil
-from sgl_overlay.checkout import Checkout, ensure_writable
+from sgl_overlay import gitutil, subproc, transaction
+from sgl_overlay.checkout import Checkout, ensure_hooks_run, ensure_writable
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.manifest import Target
-from sgl_overlay.series import IN, PENDING, Content, PatchStatus, State, content_of, series_status
+from sgl_overlay.series import Patch
+from sgl_overlay.states import IN, PENDING, Content, PatchStatus, State, content_of, series_status
 from sgl_overlay.tree import check_preimages
-
-
-class Interrupted(OverlayError):
-    exit_code = 130  # what a shell reports for Ctrl-C
-
-
-@contextlib.contextmanager
-def deferred_signals() -> Iterator[list[int]]:
-    """Hold Ctrl-C / SIGTERM until the critical section ends; the caller then rolls back."""
-    caught: list[int] = []
-    previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        previous[sig] = signal.signal(sig, lambda signum, _frame: caught.append(signum))
-    try:
-        yield caught
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def rollback(repo: Path, orig: str) -> None:
-    """Return the tree to `orig`: abort a stopped `git am`, then drop commits made since."""
-    if gitutil.operation_in_progress(repo):
-        gitutil.git(repo, "am", "--abort", check=False, new_session=True)
-    if gitutil.head(repo) != orig or gitutil.changed_files(repo):
-        # Safe: the tree was clean before we started, so only our own changes go.
-        gitutil.git(repo, "reset", "-q", "--hard", orig, new_session=True)
-
-
-def run_am(repo: Path, patches: list[Path], embedded: bool, flags: Sequence[str] = ()) -> subprocess.CompletedProcess:
-    """`git am -3` the patches, shielded from Ctrl-C. Laid-out trees get a fixed committer and
-    date (reproducible ids); a user's checkout its own identity, or a stand-in if it has none.
-    `flags` map the patches' paths to a moved folder (Placement.apply_flags)."""
-    args = ["am", "-3", "--quiet", "--keep-non-patch", *flags]
-    env: dict[str, str] = {}
-    if embedded:
-        args.append("--committer-date-is-author-date")
-        env = {k: v for k, v in gitutil.TOOL_IDENTITY.items() if k.startswith("GIT_COMMITTER")}
-    elif not gitutil.has_identity(repo):
-        env = {"GIT_COMMITTER_NAME": "sgl-overlay", "GIT_COMMITTER_EMAIL": "sgl-overlay@localhost"}
-    return gitutil.git(repo, *args, *map(str, patches), check=False, env=env, new_session=True)
 
 
 @dataclass
@@ -83,7 +41,9 @@ def preimage_warnings(co: Checkout, sv: Survey) -> list[str]:
         rows = sv.rows[target.name]
         if any(s.state == State.APPLIED for s in rows) or all(s.state in IN for s in rows):
             continue
-        for problem in check_preimages(co.path, sv.content.tree, target, co.placement(target.name).path):
+        for problem in check_preimages(
+            co.path, sv.content.tree, co.series[target.name], co.placement(target.name).path
+        ):
             if problem.found is not None:  # a missing file is reported as ABSENT by the series
                 lines.append(f"{target.name}: pre-image differs: {problem}")
     return lines
@@ -93,6 +53,9 @@ def status(co: Checkout) -> tuple[list[str], bool]:
     """Each patch's state, read from the working files; False when a required one cannot go in."""
     sv = survey(co, working_files=True)
     lines = []
+    busy = transaction.leftover(co.path)
+    if busy:
+        lines.append(f"note: {busy}")
     uncommitted = sv.content.uncommitted
     if uncommitted:
         touched = set()  # where the patches' files are in this checkout
@@ -105,7 +68,6 @@ def status(co: Checkout) -> tuple[list[str], bool]:
             f"first: {first}): the states below read the working files, not HEAD; apply and revert refuse until "
             "they are committed or stashed"
         )
-    lines += [f"warning: {w}" for w in preimage_warnings(co, sv)]
     ok = True
     for target in co.targets:
         optional = co.optional.get(target.name)
@@ -115,7 +77,7 @@ def status(co: Checkout) -> tuple[list[str], bool]:
             extra = r.commit[:12] if r.commit else r.detail
             lines.append(f"  {r.state.value:<20} {r.patch.label}" + (f"  ({extra})" if extra else ""))
             ok &= optional is not None or r.state not in (State.CONFLICTING, State.ABSENT)
-    return lines, ok
+    return lines + [f"warning: {w}" for w in preimage_warnings(co, sv)], ok
 
 
 def _optional_note(co: Checkout, sv: Survey, target: Target) -> str:
@@ -129,8 +91,7 @@ def _optional_note(co: Checkout, sv: Survey, target: Target) -> str:
     if bad is not None and bad.state == State.ABSENT:
         return f"{name}: not applied ({why}); {bad.patch.label} needs {bad.detail}, which is not here"
     if bad is not None:
-        blob_note = _blob_note(co, sv, bad, target)
-        return f"{name}: not applied ({why}); {bad.patch.label} conflicts here ({bad.detail}): {blob_note}"
+        return f"{name}: not applied ({why}); its patch conflicts here: {_blob_note(co, sv, bad, target)}"
     if any(r.state == State.APPLIED for r in rows):
         return f"{name}: half-applied here ({why}); run `sgl-overlay revert -t {name} --checkout {co.path}`"
     how = "applies" if all(r.state != State.APPLICABLE_3WAY for r in rows) else "applies with a 3-way merge"
@@ -147,9 +108,9 @@ def _blob_note(co: Checkout, sv: Survey, row: PatchStatus, target: Target) -> st
         if have is not None:  # None: a file an earlier patch of the series adds
             return (
                 f"{where(c.path)} is blob {have[:12]}, the patch is written for {c.old_blob[:12]}; "
-                "it needs a variant for this file"
+                "it needs a variant for this file (`sgl-overlay status` names the hunk)"
             )
-    return "it needs a variant for this tree"
+    return "it needs a variant for this tree (`sgl-overlay status` names the hunk)"
 
 
 def _notes(co: Checkout, sv: Survey) -> list[str]:
@@ -160,6 +121,7 @@ def plan(co: Checkout, strict: bool) -> tuple[list[tuple[Path, tuple[str, ...]]]
     """The patch files apply would apply (each with its path-mapping flags), the survey and the pre-image
     warnings; refuses, tree untouched, what cannot go all the way."""
     ensure_writable(co)
+    ensure_hooks_run(co)
     sv = survey(co)
     warnings = preimage_warnings(co, sv)
     if strict and warnings:
@@ -173,7 +135,7 @@ def plan(co: Checkout, strict: bool) -> tuple[list[tuple[Path, tuple[str, ...]]]
             if r.state == State.ABSENT:
                 raise OverlayError(
                     f"{r.patch.label}: missing file {r.detail} in {co.path}; this checkout is not a "
-                    f"version the {name} patches support (see `sgl-overlay status`)"
+                    f"version the {name} patches support (see `sgl-overlay status`){_other_targets(co, sv, name)}"
                 )
             if r.state == State.CONFLICTING:
                 raise OverlayError(
@@ -185,14 +147,44 @@ def plan(co: Checkout, strict: bool) -> tuple[list[tuple[Path, tuple[str, ...]]]
                 f"half-applied series: {len(applied)} of {len(rows)} {name} patches are applied in "
                 f"{co.path} ({applied[0].patch.label}); run `sgl-overlay revert` there, then apply again"
             )
+        _refuse_untracked(co, name, [r.patch for r in pending])
         flags = tuple(co.placement(name).apply_flags())
         to_apply += [(r.patch.path, flags) for r in pending]
     return to_apply, sv, warnings
 
 
+def _refuse_untracked(co: Checkout, name: str, patches: list[Patch]) -> None:
+    """A file a patch adds must not be there already as a user's untracked file (`git am` would stop)."""
+    where = co.placement(name).path
+    for patch in patches:
+        for c in patch.changes:
+            path = where(c.path)
+            if (
+                c.old_blob is None
+                and os.path.lexists(co.path / path)
+                and gitutil.blob_at(co.path, "HEAD", path) is None
+            ):
+                raise OverlayError(
+                    f"{patch.label} adds {path}, but an untracked file is there in {co.path}; move it away, "
+                    "then apply again (tree left unchanged)"
+                )
+
+
+def _other_targets(co: Checkout, sv: Survey, failed: str) -> str:
+    """The hint that another target of this checkout can go in alone."""
+    fine = [t.name for t in co.targets if t.name != failed and all(r.state in (*PENDING, *IN) for r in sv.rows[t.name])]
+    if not fine:
+        return ""
+    only = " ".join(f"-t {n}" for n in fine)
+    return f"; `sgl-overlay apply {only} --checkout {co.path}` applies {', '.join(fine)} alone"
+
+
 def check(co: Checkout, strict: bool = False) -> tuple[list[str], bool]:
     """What `apply` would do, touching nothing: its lines, and False when apply would refuse."""
     try:
+        busy = transaction.leftover(co.path)
+        if busy:
+            raise OverlayError(busy)
         to_apply, sv, warnings = plan(co, strict)
     except OverlayError as exc:
         return [f"would fail: {exc}"], False
@@ -215,80 +207,75 @@ def already_in(co: Checkout, sv: Survey) -> str:
     return f"already applied: {applied} patch(es), already upstream: {upstream}, in {co.path}; nothing to do"
 
 
-def am_failure(proc: subprocess.CompletedProcess) -> str:
-    """The line of a failed `git am` that names the conflict or error."""
-    lines = (proc.stdout + proc.stderr).strip().splitlines()
-    fallback = lines[-1] if lines else "git am failed"
-    return next((ln for ln in lines if "conflict" in ln.lower() or ln.startswith("error")), fallback).strip()
-
-
 def apply(co: Checkout, strict: bool = False) -> list[str]:
     """Apply every pending patch of every required target, or nothing at all."""
-    to_apply, sv, warnings = plan(co, strict)
-    report = [f"warning: {w} (continuing; --strict refuses)" for w in warnings]
-    if not to_apply:
-        return report + [already_in(co, sv)] + _notes(co, sv)
-    orig = gitutil.head(co.path)
-    with deferred_signals() as caught:
-        # Consecutive patches with the same path mapping go in one `git am`.
-        for flags, group in groupby(to_apply, key=lambda item: item[1]):
-            patches = [path for path, _ in group]
-            proc = run_am(co.path, patches, co.embedded, flags)
-            if proc.returncode != 0 or caught:
-                stuck = _stuck_patch(co.path, patches)
-                rollback(co.path, orig)
-                if caught:
-                    raise Interrupted(f"interrupted: apply rolled back, {co.path} is as before (HEAD {orig[:12]})")
-                raise OverlayError(
-                    f"{stuck} did not apply in {co.path}: {am_failure(proc)}; tree left unchanged "
-                    "(see `sgl-overlay status`)"
-                )
+    with transaction.locked(co.path, "apply"):
+        to_apply, sv, warnings = plan(co, strict)
+        report = [f"warning: {w} (continuing; --strict refuses)" for w in warnings]
+        if not to_apply:
+            return report + [already_in(co, sv)] + _notes(co, sv)
+        targets = [t.name for t in co.required]
+        subjects = [r.patch.subject for t in co.required for r in sv.rows[t.name]]
+        with transaction.Change(co.path, "apply", targets, subjects) as change:
+            # Consecutive patches with the same path mapping go in one `git am`.
+            for flags, group in groupby(to_apply, key=lambda item: item[1]):
+                patches = [path for path, _ in group]
+                proc = transaction.run_am(co.path, patches, co.laid_out, flags)
+                if change.caught:
+                    raise change.interrupted()
+                if proc.returncode != 0:
+                    stuck = transaction.stuck_patch(co.path, patches)
+                    raise OverlayError(
+                        f"{stuck} did not apply in {co.path}: {transaction.am_failure(proc, co.path)}; tree left "
+                        "unchanged (see `sgl-overlay status`)"
+                    )
+                change.done(", ".join(f"{p.parent.name}/{p.name}" for p in patches))
     upstream = sum(r.state == State.UPSTREAM for t in co.required for r in sv.rows[t.name])
     skipped = f" ({upstream} already upstream, skipped)" if upstream else ""
     report.append(
-        f"applied {len(to_apply)} patch(es) to {co.path}: {orig[:12]} -> {gitutil.head(co.path)[:12]}{skipped}"
+        f"applied {len(to_apply)} patch(es) to {co.path}: {change.head[:12]} -> {gitutil.head(co.path)[:12]}{skipped}"
     )
     return report + _notes(co, sv)
 
 
-def _stuck_patch(repo: Path, to_apply: list[Path]) -> str:
-    """Which patch `git am` stopped on (its `next` counter), for the error message."""
-    nxt = gitutil.git_dir(repo) / "rebase-apply" / "next"
-    try:
-        p = to_apply[int(nxt.read_text()) - 1]
-        return f"{p.parent.name}/{p.name}"
-    except (OSError, ValueError, IndexError):
-        return "the series"
-
-
 def revert(co: Checkout) -> list[str]:
     """Remove exactly the overlay's commits: reset if they are on top, `git revert` otherwise."""
-    ensure_writable(co)
-    st = survey(co).rows
-    commits = list(dict.fromkeys(r.commit for rows in st.values() for r in rows if r.state == State.APPLIED))
-    if not commits:
-        states = "; ".join(f"{name}: {', '.join(r.state.value for r in rows)}" for name, rows in st.items())
-        return [f"nothing to revert: no overlay patch is applied in {co.path} ({states})"]
-    orig = gitutil.head(co.path)
-    top = gitutil.out(co.path, "rev-list", f"-n{len(commits)}", "HEAD").splitlines()
-    with deferred_signals() as caught:
-        if set(top) == set(commits):
-            gitutil.git(co.path, "reset", "-q", "--hard", f"HEAD~{len(commits)}", new_session=True)
-            how = "reset"
-        else:
-            ordered = [c for c in gitutil.out(co.path, "rev-list", "HEAD").splitlines() if c in set(commits)]
-            proc = gitutil.git(co.path, "revert", "--no-edit", *ordered, check=False, new_session=True)
-            if proc.returncode != 0:
-                gitutil.git(co.path, "revert", "--abort", check=False, new_session=True)
-                rollback(co.path, orig)
-                raise OverlayError(
-                    f"could not revert the overlay's commits in {co.path} (later commits touch the same "
-                    "lines); tree left unchanged: revert them by hand with `git revert`"
-                )
-            how = "git revert"
-        if caught:
-            rollback(co.path, orig)
-            raise Interrupted(f"interrupted: revert rolled back, {co.path} is as before")
+    with transaction.locked(co.path, "revert"):
+        ensure_writable(co)
+        st = survey(co).rows
+        applied = [r for rows in st.values() for r in rows if r.state == State.APPLIED]
+        commits = list(dict.fromkeys(r.commit for r in applied))
+        if not commits:
+            states = "; ".join(f"{name}: {', '.join(r.state.value for r in rows)}" for name, rows in st.items())
+            return [f"nothing to revert: no overlay patch is applied in {co.path} ({states})"]
+        top = gitutil.out(co.path, "rev-list", f"-n{len(commits)}", "HEAD").splitlines()
+        subjects = [f'Revert "{r.patch.subject}"' for r in applied]
+        with transaction.Change(co.path, "revert", list(st), subjects) as change:
+            if set(top) == set(commits):
+                gitutil.git(co.path, "reset", "-q", "--hard", f"HEAD~{len(commits)}")
+                how = "reset"
+            else:
+                ordered = [c for c in gitutil.out(co.path, "rev-list", "HEAD").splitlines() if c in set(commits)]
+                proc = gitutil.git(co.path, "revert", "--no-edit", *ordered, check=False)
+                if proc.returncode != 0:
+                    raise OverlayError(f"could not revert the overlay's commits in {co.path}: {_revert_failure(proc)}")
+                how = "git revert"
+            if change.caught:
+                raise change.interrupted()
     return [
-        f"reverted {len(commits)} overlay commit(s) in {co.path} ({how}): {orig[:12]} -> {gitutil.head(co.path)[:12]}"
+        f"reverted {len(commits)} overlay commit(s) in {co.path} ({how}): {change.head[:12]} -> "
+        f"{gitutil.head(co.path)[:12]}"
     ]
+
+
+def _revert_failure(proc: subprocess.CompletedProcess) -> str:
+    """Why `git revert` stopped, and the next step."""
+    text = proc.stdout + proc.stderr
+    if "conflict" in text.lower():
+        return "later commits touch the same lines; tree left unchanged: revert them by hand with `git revert`"
+    if any(sign in text.lower() for sign in ("auto-detect", "tell me who you are", "empty ident")):
+        return (
+            "git has no identity for the revert commits; set it with `git config user.name NAME` and "
+            "`git config user.email EMAIL`, then revert again (tree left unchanged)"
+        )
+    return f"{subproc.failure_reason(proc)}; tree left unchanged"

@@ -1,14 +1,79 @@
 """Running a command the tool depends on (git, pip, wheel, an interpreter): a failure becomes one
-OverlayError line naming what failed and why."""
+OverlayError line naming what failed and why.
+
+Every command gets this process's environment without git's repository-local variables
+(`GIT_DIR`, `GIT_INDEX_FILE`, ...: the repository is always the one the tool names), and runs in
+the tool's process group, killed when the tool dies (Linux), so nothing outlives a killed run."""
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import subprocess
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sgl_overlay.errors import OverlayError
+
+# What `git rev-parse --local-env-vars` prints (git 2.39 to 2.47), plus the variables that
+# change which repository git finds or which refs it reads.
+GIT_REPO_ENV = frozenset(
+    {
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+        "GIT_CONFIG",
+        "GIT_CONFIG_PARAMETERS",
+        "GIT_CONFIG_COUNT",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_IMPLICIT_WORK_TREE",
+        "GIT_GRAFT_FILE",
+        "GIT_INDEX_FILE",
+        "GIT_NO_REPLACE_OBJECTS",
+        "GIT_REPLACE_REF_BASE",
+        "GIT_PREFIX",
+        "GIT_INTERNAL_SUPER_PREFIX",
+        "GIT_SHALLOW_FILE",
+        "GIT_COMMON_DIR",
+        "GIT_CEILING_DIRECTORIES",
+        "GIT_DISCOVERY_ACROSS_FILESYSTEM",
+        "GIT_NAMESPACE",
+        "GIT_QUARANTINE_PATH",
+    }
+)
+
+
+def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without GIT_REPO_ENV (nor GIT_CONFIG_KEY_n/VALUE_n), plus `extra`."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in GIT_REPO_ENV and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))
+    }
+    return {**env, **(extra or {})}
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A preexec hook that makes the child get SIGKILL when the tool dies (Linux prctl)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def hook() -> None:
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the tool died before the prctl
+            os._exit(1)
+
+    return hook
+
+
+_PREEXEC = _die_with_parent()
 
 
 def failure_reason(proc: subprocess.CompletedProcess) -> str:
@@ -31,20 +96,29 @@ def run(
     env: dict[str, str] | None = None,
     input: str | bytes | None = None,
     cwd: Path | None = None,
-    new_session: bool = False,
 ) -> subprocess.CompletedProcess:
     """Run `cmd` with its output captured (text unless `input` is bytes); with `check`, a non-zero
-    exit raises OverlayError("{what} failed: <reason>"). `env` is added to this process's
-    environment; `new_session` shields the command from the terminal's Ctrl-C."""
-    proc = subprocess.run(
-        [str(c) for c in cmd],
-        capture_output=True,
-        text=not isinstance(input, bytes),
-        input=input,
-        cwd=cwd,
-        env={**os.environ, **env} if env else None,
-        start_new_session=new_session,
-    )
+    exit raises OverlayError("{what} failed: <reason>"). `env` is added to the clean environment."""
+    argv = [str(c) for c in cmd]
+    try:
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=not isinstance(input, bytes),
+            errors=None if isinstance(input, bytes) else "replace",
+            input=input,
+            cwd=cwd,
+            env=clean_env(env),
+            preexec_fn=_PREEXEC,
+        )
+    except FileNotFoundError:
+        if os.sep in argv[0]:
+            raise OverlayError(f"{argv[0]} does not exist ({what}); pass the path of an existing program") from None
+        raise OverlayError(f"{argv[0]} is not on PATH ({what}); install it or add it to PATH") from None
+    except OSError as exc:
+        raise OverlayError(
+            f"cannot run {argv[0]} ({what}): {exc.strerror or exc}; check that it is a working executable"
+        ) from None
     if check and proc.returncode != 0:
         raise OverlayError(f"{what} failed: {failure_reason(proc)}")
     return proc

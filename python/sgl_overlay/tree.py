@@ -13,7 +13,7 @@ from wheel.wheelfile import WheelFile
 from sgl_overlay import gitutil
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.manifest import Kind, Target
-from sgl_overlay.patchfile import Series, preimage_from_full_context
+from sgl_overlay.series import Series, preimage_from_full_context
 
 BASE_TAG = "upstream"
 
@@ -38,8 +38,8 @@ def _extract_wheel(wheel: Path, target: Target, dest: Path) -> int:
 
 def _rebuild_from_patches(series: Series, dest: Path) -> int:
     """Write each pinned file's pre-image, taken from the first full-context patch touching it."""
-    target = series.target
-    for path, blob in target.preimages.items():
+    pinned = series.preimages()
+    for path, blob in pinned.items():
         source = series.source_of(path)
         data = preimage_from_full_context(source, path)
         found = gitutil.hash_bytes(data)
@@ -51,7 +51,7 @@ def _rebuild_from_patches(series: Series, dest: Path) -> int:
         out = dest / path
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(data)
-    return len(target.preimages)
+    return len(pinned)
 
 
 @dataclass(frozen=True)
@@ -66,11 +66,15 @@ class PreimageMismatch:
         return f"{self.path}: expected blob {self.expected}, found {self.found}"
 
 
-def check_preimages(repo: Path, rev: str, target: Target, where: Callable[[str], str] = str) -> list[PreimageMismatch]:
-    """Each pinned file whose blob at `rev` (a commit or tree) differs from the manifest (or is
-    missing). `where` maps a pinned path to its place in `repo` (a moved folder)."""
-    found = {path: gitutil.blob_at(repo, rev, where(path)) for path in target.preimages}
-    return [PreimageMismatch(where(p), want, found[p]) for p, want in target.preimages.items() if found[p] != want]
+def check_preimages(repo: Path, rev: str, series: Series, where: Callable[[str], str] = str) -> list[PreimageMismatch]:
+    """Each pre-image of the series (Series.preimages) whose blob at `rev` (a commit or tree) differs or is
+    missing, judged by the first patch touching it. `where` maps a path to its place in `repo` (a moved folder)."""
+    problems = []
+    for patch, first in series.first_touches():
+        for c, found in patch.not_at_preimage(lambda path: gitutil.blob_at(repo, rev, where(path))):
+            if c.path in first:
+                problems.append(PreimageMismatch(where(c.path), c.old_blob or "", found))
+    return problems
 
 
 def is_ready(dest: Path, target: Target) -> bool:
@@ -83,7 +87,7 @@ def is_ready(dest: Path, target: Target) -> bool:
 
 
 def lay_out(
-    target: Target, dest: Path, wheel: Path | None, series: Series | None, force: bool = False, check_pins: bool = True
+    target: Target, dest: Path, wheel: Path | None, series: Series, force: bool = False, check_pins: bool = True
 ) -> str:
     """Create `dest` as a git tree of the pinned target (idempotent) from its `wheel`, or for a
     patch-context target from its `series`. Returns a status line. `check_pins=False` (the
@@ -103,7 +107,6 @@ def lay_out(
             assert wheel is not None
             count = _extract_wheel(wheel, target, tmp)
         else:
-            assert series is not None
             count = _rebuild_from_patches(series, tmp)
         gitutil.git(tmp, "init", "-q", "-b", "main")
         gitutil.git(tmp, "config", "sgl-overlay.target", target.name)
@@ -113,7 +116,7 @@ def lay_out(
         msg = f"upstream {target.name} {target.version}\n\nSource: {target.wheel or target.upstream + '@' + target.commit}\n"
         gitutil.git(tmp, "commit", "-q", "-m", msg, env=gitutil.TOOL_IDENTITY)
         gitutil.git(tmp, "tag", BASE_TAG)
-        problems = check_preimages(tmp, BASE_TAG, target) if check_pins else []
+        problems = check_preimages(tmp, BASE_TAG, series) if check_pins else []
         if problems:
             raise OverlayError(f"{target.label}: pinned pre-image differs: {problems[0]}; fix patches/manifest.toml")
         tmp.rename(dest)

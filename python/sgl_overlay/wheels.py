@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from packaging import tags
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
-from sgl_overlay import gitutil, subproc
+from sgl_overlay import gitutil, scratch, subproc
 from sgl_overlay.checkout import Checkout
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.fetch import pip_tag_args
 from sgl_overlay.manifest import Kind, PinnedWheel, Target
-from sgl_overlay.patchfile import Series
-from sgl_overlay.series import IN, series_status
+from sgl_overlay.series import Series
+from sgl_overlay.states import IN, series_status
 from sgl_overlay.verify import verify_tree
 
 
@@ -99,8 +100,9 @@ def shipped_changes(series: Series) -> dict[str, str | None]:
 def _check_stock(series: Series, unpacked: Path, wheel_name: str) -> None:
     """Every file the series touches holds its pinned pre-image in this wheel (or is absent where
     a patch adds it), so the tree's post-images are valid for it too."""
+    pinned = series.preimages()
     for path, rel, _ in _shipped(series):
-        want = series.target.preimages.get(path)
+        want = pinned.get(path)
         found = gitutil.file_blob(unpacked / rel)
         if found != want:
             expected = f"blob {want}" if want else "absent (the series adds it)"
@@ -123,7 +125,7 @@ def build_patched_wheel(series: Series, wheel: Path, tree: Path, out_dir: Path, 
     if problems:
         raise OverlayError(f"{problems[0]}; run `make trees` (fetch, apply, verify) first")
     out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
+    with scratch.folder("wheel") as tmp:
         subproc.run([sys.executable, "-m", "wheel", "unpack", "-d", tmp, wheel], f"unpacking {wheel.name}")
         (unpacked,) = [p for p in Path(tmp).iterdir() if p.is_dir()]
         _check_stock(series, unpacked, wheel.name)
@@ -147,22 +149,85 @@ def build_patched_wheel(series: Series, wheel: Path, tree: Path, out_dir: Path, 
     return made
 
 
-def build_from_checkout(co: Checkout, out_dir: Path) -> Path:
-    """Upstream's own build of python/ in a checkout whose overlay series is fully in."""
-    checkout = co.path
-    source = checkout / "python"
-    statuses = (r for t in co.targets if t.layout for r in series_status(checkout, co.series[t.name]))
+def build_from_checkout(co: Checkout, out_dir: Path, local_version: str) -> Path:
+    """Upstream's own build of python/ in a checkout whose overlay series is fully in, its version
+    carrying the overlay's local label; whatever the build writes in the checkout is removed after."""
+    checkout, source = co.path, co.path / "python"
+    projects = [t for t in co.required if t.layout]
+    if not projects:
+        names = ", ".join(t.name for t in co.required)
+        raise OverlayError(
+            f"`wheels --checkout` builds the python/ package (sglang or sglang-kt), not {names}; the kernel "
+            f"wheel needs CUDA: build it with `pip wheel --no-deps {checkout / 'sgl-kernel'}` on a GPU machine"
+        )
+    statuses = (r for t in projects for r in series_status(checkout, co.series[t.name], placement=co.placement(t.name)))
     pending = next((r for r in statuses if r.state not in IN), None)
     if pending is not None:
         raise OverlayError(
             f"{pending.patch.label} is {pending.state.value} in {checkout}; "
             f"run `sgl-overlay apply --checkout {checkout}` first"
         )
+    if not os.access(source, os.W_OK):
+        raise OverlayError(
+            f"{source} is read-only and upstream's build writes build/ and *.egg-info there; "
+            "build from a writable copy of the checkout"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
-    before = set(out_dir.glob("*.whl"))
-    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", out_dir, source]
-    subproc.run(build, f"building {source} with upstream's build")
-    made = sorted(set(out_dir.glob("*.whl")) - before)
-    if not made:
-        raise OverlayError(f"pip wheel produced no wheel from {source}")
-    return made[0]
+    left = _untracked(checkout)
+    try:
+        with scratch.folder("pip-wheel") as tmp:
+            build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", tmp, source]
+            proc = subproc.run(build, f"building {source} with upstream's build", check=False)
+            if proc.returncode != 0:
+                raise OverlayError(f"upstream's build of {source} failed: {_build_failure(proc)}")
+            made = sorted(Path(tmp).glob("*.whl"))
+            if not made:
+                raise OverlayError(f"pip wheel produced no wheel from {source}")
+            return _labelled(made[0], out_dir, local_version)
+    finally:
+        for rel in _untracked(checkout) - left:  # what the build wrote (build/, *.egg-info)
+            target = checkout / rel
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target, ignore_errors=True)
+            else:
+                target.unlink(missing_ok=True)
+
+
+def _untracked(repo: Path) -> set[str]:
+    """Untracked and ignored paths (folders as one entry), as `git status` lists them."""
+    listed = gitutil.git(repo, "status", "--porcelain", "-z", "--ignored", "--untracked-files=normal").stdout
+    return {e[3:].rstrip("/") for e in listed.split("\0") if e[:2] in ("??", "!!")}
+
+
+def _build_failure(proc: subprocess.CompletedProcess) -> str:
+    """The line of a failed pip build that names its cause: the build backend's last line (pip quotes its
+    output between `[N lines of output]` and `[end of output]`), not pip's summary of it."""
+    lines = [ln.strip() for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+    ends = [i for i, ln in enumerate(lines) if ln == "[end of output]"]
+    if ends and ends[-1] > 0 and not lines[ends[-1] - 1].endswith("lines of output]"):
+        return lines[ends[-1] - 1]
+    generic = ("subprocess-exited-with-error", "metadata-generation-failed", "failed to build", "encountered error")
+    causes = [ln for ln in lines if "error" in ln.lower() and not any(g in ln.lower() for g in generic)]
+    return (causes or [subproc.failure_reason(proc)])[-1].removeprefix("ERROR: ").removeprefix("error: ")
+
+
+def _labelled(wheel: Path, out_dir: Path, local_version: str) -> Path:
+    """`wheel` repacked into `out_dir` with the overlay's local label; refuses a version the build made up."""
+    name, version, _, _ = parse_wheel_filename(wheel.name)
+    if version.public.startswith("0.0.0"):
+        raise OverlayError(
+            f"upstream's build gave {name} version {version} (its fallback when it finds no version, e.g. a clone "
+            "without tags); fetch the release tags (`git fetch --tags`) and build again"
+        )
+    if version.local:
+        shutil.copy2(wheel, out_dir / wheel.name)
+        return out_dir / wheel.name
+    with scratch.folder("relabel") as tmp:
+        subproc.run([sys.executable, "-m", "wheel", "unpack", "-d", tmp, wheel], f"unpacking {wheel.name}")
+        (unpacked,) = [p for p in Path(tmp).iterdir() if p.is_dir()]
+        pack = [sys.executable, "-m", "wheel", "pack", "-d", out_dir, "--local-version", local_version, unpacked]
+        subproc.run(pack, f"labelling {wheel.name} +{local_version}")
+    made = out_dir / patched_wheel_name(wheel.name, local_version)
+    if not made.is_file():
+        raise OverlayError(f"`wheel pack` did not write {made}; is the wheel package >= 0.46 installed?")
+    return made

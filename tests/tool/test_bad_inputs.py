@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sgl_overlay.errors import OverlayError
-from sgl_overlay.series import ScratchIndex
+from sgl_overlay.states import ScratchIndex
 from synth import MODEL_PY, cli, clone, edit_line, git, make_overlay, make_upstream, make_wheel, snapshot, write
 
 
@@ -113,7 +113,7 @@ def case_half_applied_am(tmp: Path) -> BadInput:
     return BadInput(
         args=["--patches", str(ov.patches), "apply", "--checkout", str(co)],
         watched=[co],
-        message=r"has a `git am` or rebase in progress \(half-applied series\?\); finish it or run `git am --abort`",
+        message=r"has a `git am` in progress \(half-applied series\?\); finish it or run `git am --abort` there",
     )
 
 

@@ -59,8 +59,8 @@ FORK_KERNELS = {
     # The hunk is named by the patch narrowed to one line of context: line 14 is where it starts.
     "conflicts": (
         edit_line(KERNEL_CU, "kernel 15\n", ""),
-        r"conflicts here \(patch failed: sgl-kernel/csrc/elementwise/copy\.cu:14\): sgl-kernel/csrc/elementwise/"
-        r"copy\.cu is blob [0-9a-f]{12}, the patch is written for [0-9a-f]{12}; it needs a variant for this file$",
+        r"; its patch conflicts here: sgl-kernel/csrc/elementwise/copy\.cu is blob [0-9a-f]{12}, the patch is "
+        r"written for [0-9a-f]{12}; it needs a variant for this file \(`sgl-overlay status` names the hunk\)$",
     ),
 }
 
@@ -73,6 +73,8 @@ def test_kt_fork_plain_apply_applies_kt_and_says_one_line_about_sgl_kernel(tmp_p
     base = ["--patches", str(ov.patches)]
     status = _run(*base, "status", "--checkout", str(co))  # exit 0: the optional target does not fail it
     assert "sgl-kernel in " in status and "(optional here: sgl-kernel/ here is kvcache-ai/sglang's own copy" in status
+    if case == "conflicts":  # status names the hunk the plain apply's one line leaves out
+        assert "(patch failed: sgl-kernel/csrc/elementwise/copy.cu:14)" in status, status
 
     out = _run(*base, "apply", "--checkout", str(co))
     assert re.search(r"^applied 2 patch\(es\) to ", out, re.M), out
@@ -192,8 +194,9 @@ def test_moved_kernel_folder_other_blob_names_the_variant_needed(tmp_path: Path)
     out = _run("--patches", str(ov.patches), "apply", "--checkout", str(co))
     (line,) = _kernel_lines(out)
     assert re.search(
-        r"conflicts here \(.*\): python/sglang/kernels/aot/csrc/elementwise/copy\.cu is blob "
-        r"[0-9a-f]{12}, the patch is written for [0-9a-f]{12}; it needs a variant for this file$",
+        r"conflicts here: python/sglang/kernels/aot/csrc/elementwise/copy\.cu is blob "
+        r"[0-9a-f]{12}, the patch is written for [0-9a-f]{12}; it needs a variant for this file "
+        r"\(`sgl-overlay status` names the hunk\)$",
         line,
     )
 

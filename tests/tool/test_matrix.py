@@ -214,7 +214,9 @@ def test_a_partial_run_keeps_the_other_targets_rows(tmp_path: Path) -> None:
         "variants": [],
         "versions": [{"version": "0.7.2", "wheel": "x.whl", "sha256": "ab" * 32, "cells": {}}],
     }
-    (out / "compat-matrix.json").write_text(json.dumps({"schema": 1, "targets": {"sglang-kt": other}}))
+    (out / "compat-matrix.json").write_text(
+        json.dumps({"schema": matrix_report.SCHEMA, "targets": {"sglang-kt": other}})
+    )
     proc = cli(
         "--patches",
         str(patches),

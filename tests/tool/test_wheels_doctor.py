@@ -3,6 +3,7 @@ stock and patched envs; bad wheel pins."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -15,8 +16,23 @@ from wheel.wheelfile import WheelFile
 
 from helpers import check_record
 from sgl_overlay.manifest import load_manifest
-from sgl_overlay.wheels import patched_wheel_name, wheel_for_python
-from synth import HOOK_PY, MODEL_PY, cli, clone, git, make_overlay, pin_wheel, pin_wheels
+from sgl_overlay.wheels import wheel_for_python
+from synth import (
+    HOOK_PY,
+    KERNEL,
+    KERNEL_CU,
+    KERNEL_TEST,
+    KERNEL_TEST_PY,
+    MODEL_PY,
+    add_kernel_target,
+    cli,
+    clone,
+    git,
+    make_overlay,
+    pin_wheel,
+    pin_wheels,
+    write,
+)
 
 
 def _venv(path: Path) -> Path:
@@ -103,9 +119,61 @@ def test_wheel_from_user_checkout_uses_upstream_build(tmp_path: Path) -> None:
     assert cli("--patches", str(ov.patches), "apply", "--checkout", str(co)).returncode == 0
     proc = cli("--patches", str(ov.patches), "wheels", "--checkout", str(co), "--out", str(out))
     assert proc.returncode == 0, proc.stderr
-    (built,) = out.glob("sglang-1.0-*.whl")
+    (built,) = out.glob("*.whl")
+    assert built.name == "sglang-1.0+overlay.1-py3-none-any.whl"  # the overlay's local label
+    assert proc.stdout.strip() == f"built {built}"
     with zipfile.ZipFile(built) as zf:
         assert "line 10 fixed" in zf.read("sglang/model.py").decode()
+    assert git(co, "status", "--porcelain", "--ignored") == ""  # no build/ or *.egg-info left behind
+
+
+def test_wheel_from_checkout_refuses_what_it_cannot_build(tmp_path: Path) -> None:
+    """`-t sgl-kernel` names a kernel wheel (CUDA), a read-only python/ cannot be built in place, a version the
+    build made up is refused: each one line, nothing left in the checkout."""
+    ov = make_overlay(tmp_path)
+    add_kernel_target(ov, tmp_path, "https://example.com/sglang")
+    co = clone(ov.upstream, tmp_path / "co")
+    write(co, KERNEL, KERNEL_CU)
+    write(co, KERNEL_TEST, KERNEL_TEST_PY)
+    (co / "python/pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n\n'
+        '[project]\nname = "sglang"\nversion = "0.0.0.dev0"\n\n[tool.setuptools]\npackages = ["sglang"]\n'
+    )
+    (co / "python/sglang/__init__.py").write_text("")
+    git(co, "add", "-A")
+    git(co, "commit", "-qm", "local packaging")
+    base = ["--patches", str(ov.patches)]
+    assert cli(*base, "apply", "--checkout", str(co)).returncode == 0
+    out = tmp_path / "dist"
+    proc = cli(*base, "wheels", "-t", "sgl-kernel", "--checkout", str(co), "--out", str(out))
+    assert proc.returncode == 1 and "builds the python/ package (sglang or sglang-kt), not sgl-kernel" in proc.stderr
+    proc = cli(*base, "wheels", "--checkout", str(co), "--out", str(out))
+    assert proc.returncode == 1, proc.stderr
+    assert "upstream's build gave sglang version 0.0.0.dev0 (its fallback" in proc.stderr, proc.stderr
+    assert git(co, "status", "--porcelain", "--ignored") == "" and not list(out.glob("*.whl"))
+    (co / "python").chmod(0o555)
+    try:
+        proc = cli(*base, "wheels", "--checkout", str(co), "--out", str(out))
+    finally:
+        (co / "python").chmod(0o755)
+    if os.geteuid() != 0:  # root writes anyway (a read-only mount is the case below)
+        assert proc.returncode == 1 and f"{co / 'python'} is read-only" in proc.stderr, proc.stderr
+    # A build that fails (here: an in-tree backend meeting a read-only file system): its cause, not pip's summary.
+    (co / "python/pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n\n'
+        '[project]\nname = "sglang"\nversion = "1.0"\n'
+    )
+    (co / "python/backend.py").write_text(
+        "def build_wheel(*args, **kwargs):\n    raise OSError(30, 'Read-only file system', 'build')\n"
+    )
+    git(co, "add", "-A")
+    git(co, "commit", "-qm", "a build that fails")
+    proc = cli(*base, "wheels", "--checkout", str(co), "--out", str(out))
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(err) == 1, proc.stderr
+    assert err[0].startswith(f"sgl-overlay: error: upstream's build of {co / 'python'} failed: "), err
+    assert "Read-only file system: 'build'" in err[0], err
+    assert git(co, "status", "--porcelain", "--ignored") == ""
 
 
 # Two pinned wheels of one version, as upstream ships one per Python tag: the tag of the Python
@@ -143,7 +211,7 @@ def test_every_pinned_wheel_gets_the_same_post_images(tmp_path: Path) -> None:
     assert sorted(built) == sorted(f"sglang-1.0+overlay.1-{tag}-none-any.whl" for tag in (NATIVE, OTHER))
     tree = tmp_path / "trees" / "sglang" / "python"
     for s in stock:
-        patched = built[patched_wheel_name(s.name, "overlay.1")]
+        patched = built[f"sglang-1.0+overlay.1-{s.name.split('-')[2]}-none-any.whl"]  # spelled out, not computed
         with WheelFile(s) as ws, WheelFile(patched) as wp:  # WheelFile checks each RECORD hash on read
             stock_files = {n for n in ws.namelist() if ".dist-info/" not in n}
             assert stock_files == {n for n in wp.namelist() if ".dist-info/" not in n}
@@ -176,7 +244,8 @@ def test_every_pinned_wheel_gets_the_same_post_images(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     fix = f"fix: pip install --no-deps --force-reinstall {tmp_path / 'dist'}/sglang-1.0+overlay.1-{NATIVE}-none-any.whl"
-    assert proc.stdout.count(fix) == 2, proc.stdout
+    assert proc.stdout.count(fix) == 1 and proc.stdout.count("fix: the one above") == 1, proc.stdout  # printed once
+    assert "installed here: the kernel fix is not checked" in proc.stdout, proc.stdout
 
 
 def test_twin_wheel_with_another_preimage_is_refused(tmp_path: Path) -> None:
@@ -272,7 +341,7 @@ def test_print_names_lists_each_pinned_wheel_and_its_twin(tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr
     rows = [line.split() for line in proc.stdout.splitlines()]
     assert [r[:4] for r in rows] == [
-        ["sglang", tag, str(s), str(tmp_path / "dist" / patched_wheel_name(s.name, "overlay.1"))]
+        ["sglang", tag, str(s), str(tmp_path / "dist" / f"sglang-1.0+overlay.1-{tag}-none-any.whl")]
         for tag, s in zip((NATIVE, OTHER), stock)
     ]
     assert rows[1][4:] == [

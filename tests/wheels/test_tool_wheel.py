@@ -97,7 +97,7 @@ def test_installed_tool_doctor_on_stock_and_patched(tool_venv: Path, tmp_path: P
     bad = _run(tool_venv, "doctor", "--no-live", "--site", str(stock), cwd=tmp_path)
     assert bad.returncode == 1, bad.stdout + bad.stderr
     fix = f"fix: pip install --no-deps --force-reinstall {tmp_path / 'dist' / entry['patched']}"
-    assert bad.stdout.count(f"[MISSING] {target}:") == n and bad.stdout.count(fix) == n, bad.stdout
+    assert bad.stdout.count(f"[MISSING] {target}:") == n and bad.stdout.count(fix) == 1, bad.stdout  # printed once
     good = _run(tool_venv, "doctor", "--no-live", "--site", str(patched), cwd=tmp_path)
     assert good.returncode == 0, good.stdout + good.stderr
     assert good.stdout.count(f"[ok] {target}:") == n and "MISSING" not in good.stdout

@@ -1,0 +1,52 @@
+"""The manifest's `preimages` tables: a lock of what the series says (Series.preimages), checked when
+the manifest loads and rewritten from the series by `sgl-overlay pins` (and `export`)."""
+
+from __future__ import annotations
+
+import re
+
+from sgl_overlay.manifest import Manifest, Target
+from sgl_overlay.series import Series, same_blob
+
+
+def check(manifest: Manifest) -> None:
+    """Refuse (one line naming the file and the command that fixes it) a table the series disagrees with."""
+    for target in manifest.targets.values():
+        Series.read(target).check_lock()
+
+
+def _table(target: Target, preimages: dict[str, str]) -> str:
+    rows = "".join(f'"{path}" = "{blob}"\n' for path, blob in preimages.items())
+    return f"[targets.{target.name}.preimages]\n{rows}"
+
+
+def rewrite(manifest: Manifest, only: list[Target] | None = None) -> list[str]:
+    """Write each target's table from its series into manifest.toml (nothing else in the file changes);
+    one line per table that changed."""
+    text = manifest.path.read_text()
+    lines = []
+    for target in only or manifest.targets.values():
+        want = Series.read(target).preimages()
+        if want.keys() == target.preimages.keys() and all(same_blob(b, target.preimages[p]) for p, b in want.items()):
+            continue
+        header = re.compile(rf"^\[targets\.{re.escape(target.name)}\.preimages\]\n(?:(?!\[)[^\n]*\n)*", re.M)
+        table = _table(target, want)
+        m = header.search(text)
+        if m is None:
+            text = text.rstrip("\n") + "\n\n" + table
+        else:  # the blank lines and comments that lead into the next table stay
+            text = text[: m.start()] + table + _trailing(m.group(0)) + text[m.end() :]
+        lines.append(f"pins {target.name}: {len(want)} pre-image(s) written to {manifest.path}")
+    if lines:
+        manifest.path.write_text(text)
+    return lines or [f"pins: {manifest.path} already matches the series"]
+
+
+def _trailing(body: str) -> str:
+    """The blank and comment lines at the end of a table's block, which belong to what follows it."""
+    keep = []
+    for line in reversed(body.splitlines(keepends=True)):
+        if line.strip() and not line.lstrip().startswith("#"):
+            break
+        keep.append(line)
+    return "".join(reversed(keep))

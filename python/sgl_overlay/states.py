@@ -1,0 +1,259 @@
+"""Where each patch of a series stands in a checkout, read from the files' content.
+
+A patch is in when the files hold its post-image (the reverse patch applies, as
+patch-package decides it) and can go in when they hold its pre-image (the patch applies).
+History only names *whose* change it is: an overlay commit (applied) or not (already
+upstream). Everything is simulated in a throw-away index seeded from the content tree.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from sgl_overlay import gitutil
+from sgl_overlay.checkout import SAME_PLACE, Placement
+from sgl_overlay.scratch import folder, mkdtemp
+from sgl_overlay.series import Patch, Series, preimage_from_full_context
+
+HISTORY_DEPTH = 2000  # how far back to look for the commit that brought a patch in
+# Context lines around each change when deciding whether a full-context patch is in: one, so
+# that an upstream edit two lines from a change (a 3-way merge keeps both) does not hide it.
+NARROW_CONTEXT = 1
+
+
+class State(StrEnum):
+    APPLIED = "applied"  # the files hold its post-image, brought by a commit made from it
+    APPLICABLE = "applicable"  # applies exactly (possibly with line offsets)
+    APPLICABLE_3WAY = "applicable (3-way)"  # applies only through a 3-way merge
+    UPSTREAM = "already upstream"  # the files hold its change, not from a commit made from it
+    CONFLICTING = "conflicting"
+    ABSENT = "target file absent"
+
+
+PENDING = (State.APPLICABLE, State.APPLICABLE_3WAY)
+IN = (State.APPLIED, State.UPSTREAM)
+
+
+@dataclass
+class PatchStatus:
+    patch: Patch
+    state: State
+    detail: str = ""
+    commit: str = ""
+
+
+@dataclass(frozen=True)
+class Content:
+    """The tree states are read from: HEAD's, or HEAD's plus uncommitted working files."""
+
+    tree: str
+    uncommitted: tuple[str, ...] = ()
+
+
+def content_of(repo: Path, working_files: bool = False) -> Content:
+    """HEAD's tree; with `working_files`, the tree the tracked working files make (staged or
+    not), written from a private index so the user's index stays as it is."""
+    head_tree = gitutil.out(repo, "rev-parse", "HEAD^{tree}")
+    changed = gitutil.changed_files(repo) if working_files else []
+    if not changed:
+        return Content(head_tree)
+    with ScratchIndex(repo, head_tree) as scratch:
+        listed = "".join(f"{path}\0" for path in changed)
+        gitutil.git(repo, "update-index", "--add", "--remove", "-z", "--stdin", input=listed, env=scratch.env)
+        tree = gitutil.git(repo, "write-tree", env=scratch.env).stdout.strip()
+    return Content(tree, tuple(changed))
+
+
+def find_commit(repo: Path, patch: Patch, placement: Placement = SAME_PLACE) -> str:
+    """The newest commit in HEAD's recent history with the patch's subject that touches its
+    files, or ''. Called only when the files already hold the patch's post-image."""
+    paths = dict.fromkeys([placement.path(p) for p in patch.touched()] + patch.touched())  # moved, or not yet
+    log = gitutil.out(repo, "log", f"-n{HISTORY_DEPTH}", "--format=%H%x09%s", "HEAD", "--", *paths)
+    for line in log.splitlines():
+        sha, _, subject = line.partition("\t")
+        if subject == patch.subject:
+            return sha
+    return ""
+
+
+class ScratchIndex:
+    """A private index seeded from `base` (None: empty): `git apply --cached` there never
+    touches the tree. Use it as a context manager."""
+
+    def __init__(self, repo: Path, base: str | None = "HEAD", flags: tuple[str, ...] = ()):
+        self.repo = repo
+        self.flags = flags  # path mapping for every apply (Placement.apply_flags)
+        self.dir = mkdtemp("index")  # the index, its .lock and .saved copy
+        self.path = os.path.join(self.dir, "index")
+        self.env = {"GIT_INDEX_FILE": self.path}
+        try:
+            gitutil.git(repo, "read-tree", *([base] if base else ["--empty"]), env=self.env)
+        except BaseException:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
+
+    def __enter__(self) -> ScratchIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def save(self) -> None:  # a failed `--3way` leaves unmerged entries: restore() drops them
+        shutil.copyfile(self.path, self.path + ".saved")
+
+    def restore(self) -> None:
+        shutil.copyfile(self.path + ".saved", self.path)
+
+    def apply(self, patch: Path, *flags: str) -> subprocess.CompletedProcess:
+        return gitutil.git(
+            self.repo, "apply", "--cached", "-v", *self.flags, *flags, str(patch), check=False, env=self.env
+        )
+
+    def blob(self, path: str) -> str | None:
+        """The blob id at `path` in this index (stage 0), or None."""
+        proc = gitutil.git(self.repo, "rev-parse", "--verify", "--quiet", f":{path}", check=False, env=self.env)
+        return proc.stdout.strip() or None
+
+
+def _first_error(proc: subprocess.CompletedProcess) -> str:
+    """git's line naming the file and hunk position that failed."""
+    errors = [ln[len("error:") :].strip() for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    failed = next((line for line in errors if line.startswith("patch failed:")), None)
+    return failed or (errors or proc.stderr.strip().splitlines() or ["git apply refused it"])[-1]
+
+
+def _holds(scratch: ScratchIndex, patch: Patch, placement: Placement, side: str) -> bool:
+    """Every file is exactly the patch's `index` blob on `side` ('old' or 'new'; None: absent)."""
+    for c in patch.changes:
+        want = c.old_blob if side == "old" else c.new_blob
+        have = scratch.blob(placement.path(c.path))
+        if (want is None) != (have is None) or (want and not have.startswith(want)):
+            return False
+    return True
+
+
+def _holds_post_image(scratch: ScratchIndex, patch: Patch, placement: Placement, reverse: Path) -> bool:
+    """All of the patch is in: its post-image blobs, or its reverse (`reverse`: the narrowed form for
+    full-context targets) applies."""
+    return _holds(scratch, patch, placement, "new") or scratch.apply(reverse, "--check", "-R").returncode == 0
+
+
+def narrow_context(patch: Patch, dest: Path) -> Path:
+    """The patch of a full-context target rewritten with NARROW_CONTEXT lines of context, so
+    that "is it in?" does not also ask "is every other line of the file as pinned?" (a fork's
+    or a 3-way-merged file). Made in a private repository from the pre-images the patch carries."""
+    work = dest / patch.path.stem
+    gitutil.git(None, "init", "-q", str(work))
+    for c in patch.changes:
+        if c.old_blob:
+            out = work / c.path
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(preimage_from_full_context(patch, c.path))
+    gitutil.git(work, "add", "-A")
+    before = gitutil.out(work, "write-tree")
+    gitutil.git(work, "apply", "--cached", str(patch.path))
+    after = gitutil.out(work, "write-tree")
+    narrowed = dest / patch.path.name
+    diff = gitutil.git(work, "diff-tree", "-p", f"-U{NARROW_CONTEXT}", "--full-index", before, after).stdout
+    narrowed.write_text(diff)
+    return narrowed
+
+
+def _post_image(scratch: ScratchIndex, patch: Patch, placement: Placement, reverse: Path) -> str | None:
+    """How the files hold the patch's change ('' for all of it), or None when they do not.
+
+    The whole patch (`reverse`: its narrowed form for full-context targets) reverse-applying
+    means all of it is in; only the files it modifies reverse-applying means the fix is in
+    without the test files it adds."""
+    if _holds_post_image(scratch, patch, placement, reverse):
+        return ""
+    modified = [c.path for c in patch.changes if c.old_blob and c.new_blob]
+    added = [c.path for c in patch.changes if not c.old_blob]
+    includes = [f"--include={placement.path(p)}" for p in modified]  # matched after the mapping
+    if not (modified and added) or scratch.apply(reverse, "--check", "-R", *includes).returncode != 0:
+        return None
+    return f"{', '.join(modified)} already carry the change; the files it adds ({', '.join(added)}) are not there"
+
+
+def _classify(repo: Path, scratch: ScratchIndex, patch: Patch, placement: Placement, reverse: Path) -> PatchStatus:
+    differ = patch.not_at_preimage(lambda path: scratch.blob(placement.path(path)))  # as the patch finds them
+    absent = [c.path for c, blob in differ if blob is None]
+    if absent:
+        return PatchStatus(patch, State.ABSENT, detail=placement.path(absent[0]))
+    if not _holds(scratch, patch, placement, "old"):
+        present = _post_image(scratch, patch, placement, reverse)
+        if present is not None:
+            return _in(repo, patch, placement, present, "the files hold its post-image (reverse-applies cleanly)")
+    exact = scratch.apply(patch.path, "--check")
+    if exact.returncode == 0:
+        scratch.apply(patch.path)
+        hunks = [ln.strip().rstrip(".") for ln in exact.stderr.splitlines() if "offset" in ln or "fuzz" in ln]
+        return PatchStatus(patch, State.APPLICABLE, detail="; ".join(hunks))
+    # A full-context patch fails at line 1 whatever differs; its narrowed form names the hunk
+    # (and when it applies, the files differ from the pin only away from the changes).
+    narrowed = scratch.apply(reverse, "--check") if reverse != patch.path else exact
+    where = _first_error(narrowed)
+    if not narrowed.returncode:
+        where = ", ".join(placement.path(c.path) for c, _ in differ)
+        where += ": not the patch's pre-image, but only away from its changes"
+    scratch.save()
+    paths = [placement.path(p) for p in patch.touched()]
+    before = [scratch.blob(p) for p in paths]
+    if scratch.apply(patch.path, "--3way").returncode == 0:
+        if [scratch.blob(p) for p in paths] == before:
+            # The merge changes nothing: the files hold the change amid other edits.
+            return _in(repo, patch, placement, "", "a 3-way merge of it changes nothing: the files hold its change")
+        return PatchStatus(patch, State.APPLICABLE_3WAY, detail=where)
+    scratch.restore()
+    return PatchStatus(patch, State.CONFLICTING, detail=where)
+
+
+def _in(repo: Path, patch: Patch, placement: Placement, partial: str, how: str = "") -> PatchStatus:
+    """The files hold the patch's change: APPLIED when a commit made from it brought it (all of
+    it), else UPSTREAM. `partial` names what is missing (the test files it adds)."""
+    sha = "" if partial else find_commit(repo, patch, placement)
+    if sha:
+        return PatchStatus(patch, State.APPLIED, commit=sha)
+    return PatchStatus(patch, State.UPSTREAM, detail=partial or how)
+
+
+def _in_at_top(scratch: ScratchIndex, series: Series, placement: Placement, reverse: list[Path]) -> int:
+    """How many patches at the top of the series the files hold. Each one found is reverse-applied
+    in `scratch`, so that the patch below it is judged on the files as it left them, not as later
+    patches of the same series changed them (two patches editing one file)."""
+    count = 0
+    for patch, rev in zip(reversed(series.patches), reversed(reverse)):
+        if not _holds_post_image(scratch, patch, placement, rev):
+            break
+        scratch.apply(rev, "-R")
+        count += 1
+    return count
+
+
+def series_status(
+    repo: Path, series: Series, content: Content | None = None, placement: Placement = SAME_PLACE
+) -> list[PatchStatus]:
+    """The patches the files hold at the top of the series are in; the rest are classified in
+    order, each pending one applied to a scratch index as it goes (a later patch sees the earlier
+    ones in)."""
+    tree = (content or content_of(repo)).tree
+    with (
+        ScratchIndex(repo, tree, tuple(placement.apply_flags())) as scratch,
+        folder("narrow") as tmp,
+    ):
+        full = series.target.full_context
+        reverse = [narrow_context(patch, Path(tmp)) if full else patch.path for patch in series.patches]
+        below = len(series.patches) - _in_at_top(scratch, series, placement, reverse)
+        statuses = [
+            _classify(repo, scratch, patch, placement, rev)
+            for patch, rev in zip(series.patches[:below], reverse[:below])
+        ]
+        return statuses + [
+            _in(repo, patch, placement, "", "the files hold its post-image (reverse-applies cleanly)")
+            for patch in series.patches[below:]
+        ]
