@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -181,6 +182,55 @@ def test_runtime_agrees_with_the_grid(graded, spec, patched_root):
         out = result[f"{row['required']}:{row['cap']}"]
         assert out["error_type"] is None, out
         assert out["kernel_rows"] == [row["required"]]
+
+
+_FIT = {
+    "max_running_requests": re.compile(r"--max-running-requests to (\d+) \("),
+    "chunked_prefill_size": re.compile(r"--chunked-prefill-size from \S+ (?:\S+ )?to (\d+)"),
+}
+
+
+def test_refusals_name_a_value_that_fits(graded, spec, patched_root, tmp_path):
+    """A refusal that names a --max-running-requests or --chunked-prefill-size: with
+    that value the phase it bounds fits by the oracle (and starts, unless the other
+    phase overflows); one more request or token per DP rank overflows by the
+    oracle (the named value is the largest that fits)."""
+    _, by_id, _ = graded
+    rows = {r["id"]: r for r in spec[0]["rows"]}
+    cases = []
+    for arg, pattern in _FIT.items():
+        named = []
+        for result in sorted(by_id["new"].values(), key=lambda r: r["id"]):
+            match = "invalid" not in result and not result["accepted"] and pattern.search(result["error"])
+            if match:
+                named.append((result, int(match.group(1))))
+        assert named, arg
+        for result, value in named[:: max(len(named) // 6, 1)][:6]:
+            row = rows[result["id"]]
+            dp = row["args"].get("dp_size", 1) if row["args"].get("enable_dp_attention") else 1
+            for delta, fits in ((0, True), (dp, False)):
+                args = {**row["args"], arg: value + delta}
+                cap = {"base": "fixed", "value": result["cap"]}
+                cases.append(
+                    (
+                        arg,
+                        fits,
+                        {"id": len(cases), "config": len(cases), "model": row["model"], "args": args, "cap": cap},
+                    )
+                )
+    path = tmp_path / "fits.json"
+    path.write_text(json.dumps({"models": grid.MODELS, "rows": [c for _, _, c in cases]}))
+    out = tmp_path / "fits-out.json"
+    run_probe(patched_root("sglang"), PROBE, str(path), str(out))
+    for (arg, fits, case), result in zip(cases, json.loads(out.read_text())["rows"], strict=True):
+        assert "invalid" not in result, (case, result)
+        term = "prefill" if arg == "chunked_prefill_size" else "decode"
+        assert (result["oracle"][term] <= result["cap"]) is fits, (arg, case, result)
+        if fits:
+            # Started, or refused by the other phase's bound only.
+            assert result["accepted"] or result["oracle"][term] < result["required"], (case, result)
+        else:
+            assert not result["accepted"], (arg, case, result)
 
 
 # The reported failure configurations, one of each class, each through the real
