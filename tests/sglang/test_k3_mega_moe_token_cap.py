@@ -1,4 +1,4 @@
-"""Kimi K3 MegaMoE token cap, hand-picked rows (patches/sglang/0001-0003; the grid
+"""Kimi K3 MegaMoE token cap, hand-picked rows (patches/sglang/0001-0003, 0005, 0006; the grid
 over the whole space is test_k3_token_cap_grid.py).
 
 Runs sglang 0.5.23's real startup hook (``validate_mega_moe_token_budget_for_model``
