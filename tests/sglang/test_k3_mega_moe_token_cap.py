@@ -1,10 +1,12 @@
-"""Kimi K3 MegaMoE token cap, hand-picked rows (patches/sglang/0001-0003; the grid
+"""Kimi K3 MegaMoE token cap, hand-picked rows (patches/sglang/0001-0003, 0005, 0006; the grid
 over the whole space is test_k3_token_cap_grid.py).
 
 Runs sglang 0.5.23's real startup hook (``validate_mega_moe_token_budget_for_model``
 on real ``ServerArgs`` objects, after the real DP handlers) and the real
 ``KimiK3MoE._forward_mega_experts`` in subprocess probes, once against the stock
-tree and once against the patched one.
+tree and once against the patched one. The rows each K3 case can reach come from
+the grid's oracle (k3_grid/oracle.py: sglang's own runtime code) on the same
+configuration resolved by the whole pipeline; the table's rows document them.
 
 Stubs (native kernels that cannot run on a CPU), used by the runtime probe only:
 the ``deep_gemm`` module and ``sglang.kernels.ops.moe.dsv4.mega_moe_pre_dispatch``.
@@ -14,13 +16,18 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 from helpers import run_probe
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "k3_grid"))
+import grid  # noqa: E402
+
 PROBES = Path(__file__).resolve().parent / "k3_cap_probes"
+GRID_PROBE = Path(__file__).resolve().parent / "k3_grid" / "probe.py"
 STARTUP = PROBES / "startup.py"
 RUNTIME = PROBES / "runtime.py"
 
@@ -205,8 +212,9 @@ TABLE = {
     ),
 }
 
-# K3 cases whose rows overflow their cap (refused on the patched tree).
+# K3 cases the table says overflow their cap (refused on the patched tree).
 K3_OVERFLOWS = sorted(name for name, (_, _, outcome) in TABLE.items() if outcome)
+GRID_MODEL = {K3: "k3", K3_LINEAR: "k3_linear"}
 
 # Non-K3 models keep the generic check, identical on both trees outside DP.
 NON_K3 = [
@@ -251,6 +259,36 @@ def patched(patched_root):
     return run_probe(patched_root("sglang"), STARTUP, json.dumps(ALL_CASES))
 
 
+def _oracle_row(i, cfg):
+    """The case as the whole pipeline takes it: what it needs to start and does not
+    change its rows (a draft model, the DP LM head DSPARK asks for, a CP strategy)."""
+    args = {**cfg["args"], "cuda_graph_max_bs_decode": cfg["decode_max_bs"]}
+    if args.get("speculative_algorithm") == "DSPARK":
+        args["speculative_draft_model_path"] = "draft"
+        if args.get("attn_dp_size", 1) > 1:
+            args["enable_dp_lm_head"] = True
+    if args.get("enable_prefill_cp"):
+        args["cp_strategy"] = "zigzag"
+    model = GRID_MODEL[cfg["arch"]]
+    return {"id": i, "config": i, "model": model, "args": args, "cap": {"base": "fixed", "value": cfg["cap"]}}
+
+
+@pytest.fixture(scope="module")
+def oracle(patched_root, tmp_path_factory):
+    """name -> the grid probe's row on the patched tree: "reference" the oracle's rows
+    per phase, "required" the most of them."""
+    names = sorted(TABLE)
+    tmp = tmp_path_factory.mktemp("k3-table")
+    rows = [_oracle_row(i, TABLE[name][0]) for i, name in enumerate(names)]
+    (tmp / "spec.json").write_text(json.dumps({"models": grid.MODELS, "rows": rows}))
+    run_probe(patched_root("sglang"), GRID_PROBE, str(tmp / "spec.json"), str(tmp / "out.json"))
+    results = json.loads((tmp / "out.json").read_text())["rows"]
+    out = dict(zip(names, results, strict=True))
+    for name, result in out.items():
+        assert "invalid" not in result, (name, result)
+    return out
+
+
 @pytest.fixture(scope="module")
 def stock(stock_root):
     return run_probe(stock_root("sglang"), STARTUP, json.dumps(ALL_CASES))
@@ -270,18 +308,28 @@ def runtime(patched_root, stock_root):
     return get
 
 
+def test_table_rows_are_the_oracles(oracle):
+    for name, (_, rows, _) in TABLE.items():
+        reference = oracle[name]["reference"]
+        assert rows == {phase: reference[phase] for phase in rows}, name
+        assert {p for p in ("prefill", "decode") if reference[p] is not None} == set(rows), name
+    overflows = sorted(name for name in TABLE if oracle[name]["required"] > TABLE[name][0]["cap"])
+    assert overflows == K3_OVERFLOWS
+
+
 @pytest.mark.parametrize("name", sorted(TABLE))
-def test_patched_k3_startup(patched, name):
+def test_patched_k3_startup(patched, oracle, name):
     cfg, rows, outcome = TABLE[name]
     result = patched[name]
     assert result["bounds"] == rows
+    required = oracle[name]["required"]
     if outcome is None:
         assert result["accepted"], result["error"]
-        assert cfg["cap"] >= max(rows.values())
+        assert cfg["cap"] >= required
         return
-    required, term, flags = outcome
+    table_required, term, flags = outcome
     assert not result["accepted"]
-    assert required == max(rows.values())
+    assert table_required == required > cfg["cap"]
     error = result["error"]
     arch = cfg["arch"]
     assert error.startswith(f"{arch} with MegaMoE has no fallback for rows beyond {CAP_ENV}")
@@ -293,7 +341,7 @@ def test_patched_k3_startup(patched, name):
         r"no larger MegaMoE symmetric buffer: both caps round up to \d+ tokens)\)",
         error,
     ), error
-    assert f"or lower {flags}" in error
+    assert f"or lower {flags.split()[0].rstrip('.')}" in error
 
 
 def test_patched_memory_note(patched):
@@ -311,14 +359,18 @@ def test_patched_dp_chunk_is_per_dp_rank(patched):
         "chunked_prefill_size=2048 per DP rank not split over attention TP"
         in (patched["dp_attention_cap_384"]["error"])
     )
+    # The chunk the operator typed and the one whose 384 rows per rank fit.
+    assert patched["dp_attention_cap_384"]["error"].endswith(
+        "or lower --chunked-prefill-size from 16384 to 3072 (384 per DP rank)."
+    )
 
 
-def test_stock_accepts_overflowing_k3_configs(stock):
+def test_stock_accepts_overflowing_k3_configs(stock, oracle):
     """The bug: stock never checks K3, so every overflowing config starts."""
     assert len(K3_OVERFLOWS) >= 8
     for name in K3_OVERFLOWS:
-        cfg, rows, _ = TABLE[name]
-        assert max(rows.values()) > cfg["cap"]
+        cfg, _, _ = TABLE[name]
+        assert oracle[name]["required"] > cfg["cap"]
         assert stock[name]["accepted"] is True, (name, stock[name]["error"])
         assert stock[name]["bounds"] is None
     # The DP case: each rank receives 2048 rows, the cap is 384, stock starts.
@@ -348,18 +400,14 @@ def test_non_k3_models(stock, patched):
 
 @pytest.mark.parametrize("flags", [(), ("-O",)], ids=["asserts", "python-O"])
 def test_patched_runtime_cap(runtime, flags):
+    """Rows over the cap run in two passes of at most the cap's rows (patch 0005)."""
     over, at_cap = runtime("patched", flags)[OVER], runtime("patched", flags)[AT_CAP]
     assert over["asserts"] is (not flags)
-    assert over["error_type"] == "RuntimeError"
-    assert over["kernel_rows"] is None
-    assert over["error"].startswith(
-        f"Kimi K3 MegaMoE received 8321 rows on this rank, but {CAP_ENV}=8320 "
-        "and K3 has no fallback for rows beyond it. "
-        f"Set {CAP_ENV} to at least 8321 ("
-    )
-    assert "--chunked-prefill-size / --max-running-requests" in over["error"]
+    assert over["error_type"] is None, over["error"]
+    assert over["kernel_rows"] == [4161, 4160]
+    assert over["out_rows"] == 8321
     assert at_cap["error_type"] is None, at_cap["error"]
-    assert at_cap["kernel_rows"] == 8320
+    assert at_cap["kernel_rows"] == [8320]
     assert at_cap["out_rows"] == 8320
 
 
@@ -371,4 +419,4 @@ def test_stock_runtime_cap_vanishes_under_O(runtime):
     over_o = runtime("stock", ("-O",))[OVER]
     assert over_o["asserts"] is False
     assert over_o["error_type"] is None
-    assert over_o["kernel_rows"] == 8321
+    assert over_o["kernel_rows"] == [8321]

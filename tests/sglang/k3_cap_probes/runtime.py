@@ -6,8 +6,8 @@ sglang's ``get_parallel().override``. Stubbed, because they are native kernels t
 cannot run on a CPU: the ``deep_gemm`` module (symmetric buffer, fused MegaMoE
 kernel) and ``sglang.kernels.ops.moe.dsv4.mega_moe_pre_dispatch`` (a JIT CUDA
 kernel). Prints {"rows:cap": {"error_type", "error", "kernel_rows", "out_rows",
-"asserts"}, ...}: "kernel_rows" is the row count the fused kernel was launched with
-(null if it was not reached).
+"asserts"}, ...}: "kernel_rows" lists the row count of each launch of the fused
+kernel (empty if it was not reached).
 """
 
 import json
@@ -34,10 +34,10 @@ def main():
     deep_gemm.get_symm_buffer_for_mega_moe = MagicMock(
         return_value=SimpleNamespace(x=None, x_sf=None, topk_idx=None, topk_weights=None)
     )
-    launched = {}
+    launched = []
 
     def fused_kernel(y, *args, **kwargs):
-        launched["rows"] = y.shape[0]
+        launched.append(y.shape[0])
 
     deep_gemm.fp8_fp4_mega_moe = fused_kernel
     sys.modules["deep_gemm"] = deep_gemm
@@ -66,7 +66,15 @@ def main():
             topk_weights=torch.zeros((rows, TOP_K)),
         )
         result = {"error_type": None, "error": None, "out_rows": None, "asserts": __debug__}
-        with get_parallel().override(moe_ep_size=8, moe_ep_group=SimpleNamespace(device_group=object())):
+        with get_parallel().override(
+            tp_size=8,
+            attn_tp_size=8,
+            attn_dp_size=1,
+            attn_cp_size=1,
+            attn_dp_enabled=False,
+            moe_ep_size=8,
+            moe_ep_group=SimpleNamespace(device_group=object()),
+        ):
             envs.SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK.set(cap)
             try:
                 out = moe._forward_mega_experts(torch.zeros((rows, HIDDEN), dtype=torch.bfloat16), topk_output)
@@ -75,7 +83,7 @@ def main():
                 result["error"] = str(exc)
             else:
                 result["out_rows"] = out.shape[0]
-        result["kernel_rows"] = launched.get("rows")
+        result["kernel_rows"] = list(launched)
         results[pair] = result
     print(json.dumps(results))
 

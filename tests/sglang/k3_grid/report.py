@@ -16,7 +16,7 @@ from collections import Counter, defaultdict
 
 from grid import K3_MODELS
 
-SERIES = ("stock", "previous", "new")
+SERIES = ("stock", "new")
 
 # The reported failure classes (configurations that started and later overflowed the cap, or
 # that were refused wrongly), as classes of the grid.
@@ -204,8 +204,8 @@ def markdown(doc: dict, seconds: float) -> str:
         "Made by `make k3-grid` (tests/sglang/test_k3_token_cap_grid.py; `make test` checks it). Every row is one",
         "configuration and one `SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK`, resolved",
         "by sglang 0.5.23's real `ServerArgs` pipeline (fake `config.json` directories, SM90",
-        "platform and 141 GiB spoofed), once on the stock tree, once with the previous series",
-        "(main's patches before this rework) and once with this series. The expected rows come",
+        "platform and 141 GiB spoofed), once on the stock tree and once with this series",
+        "(patches/sglang). The expected rows come",
         "from the oracle (tests/sglang/k3_grid/oracle.py), which calls sglang's own runtime",
         "code: request pool (`resolve_max_num_reqs`), decode graph buckets",
         "(`get_batch_sizes_to_capture`), eager padding, speculative verify width, prefill buffer",
@@ -214,7 +214,7 @@ def markdown(doc: dict, seconds: float) -> str:
         f"Seed {doc['seed']}: {doc['configs']} rows ({doc['distinct_configurations']} distinct",
         f"configurations x caps at and around each bound and fixed caps); {doc['invalid']} more",
         "rows are configurations upstream refuses for other reasons (listed in the JSON).",
-        "Run time of the whole grid (three probe processes, two at a time, on a shared",
+        "Run time of the whole grid (two probe processes at once, on a shared",
         f"2-core machine): {seconds:.0f} s.",
         "",
         "| series | rows | accepted | accepted, request pool clamped | refused | false accepts | false refusals |",
@@ -230,7 +230,7 @@ def markdown(doc: dict, seconds: float) -> str:
         "",
         "## The reported failure classes",
         "",
-        "| class | rows | false accepts (stock / previous / new) | false refusals (stock / previous / new) |",
+        "| class | rows | false accepts (stock / new) | false refusals (stock / new) |",
         "|---|---:|---|---|",
     ]
     for tag, label in REPORTED_CLASSES.items():
@@ -244,7 +244,7 @@ def markdown(doc: dict, seconds: float) -> str:
         "",
         "## Every class",
         "",
-        "| class | rows | false accepts (stock / previous / new) | false refusals (stock / previous / new) |",
+        "| class | rows | false accepts (stock / new) | false refusals (stock / new) |",
         "|---|---:|---|---|",
     ]
     for tag, c in doc["classes"].items():
