@@ -5,7 +5,7 @@ SHELL := /bin/bash
 TOOL := .venv/bin/sgl-overlay
 PYTEST := -m pytest -q -p no:cacheprovider
 
-.PHONY: all venvs trees wheels wheels-only lint test test-tool test-style test-sglang test-sglang-kt test-kernel test-wheels test-launch test-image matrix k3-grid clean
+.PHONY: all venvs trees wheels wheels-only lint test test-tool test-style test-sglang test-sglang-kt test-kernel test-wheels test-launch test-image matrix pins k3-grid clean
 
 all: trees wheels
 
@@ -86,6 +86,10 @@ test-image: wheels
 
 matrix: trees
 	$(TOOL) matrix
+
+# Rewrite the manifest's pre-image lock from the series (after re-pinning or editing a patch).
+pins: $(TOOL)
+	$(TOOL) pins
 
 # The K3 / MegaMoE token-cap grid (test-sglang runs it too and checks the summary),
 # writing its summary into docs/k3-token-cap-grid.{md,json}.
