@@ -14,7 +14,7 @@ from sgl_overlay.checkout import Checkout, ensure_hooks_run, ensure_writable
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.manifest import Target
 from sgl_overlay.series import Patch
-from sgl_overlay.states import IN, PENDING, Content, PatchStatus, State, content_of, series_status
+from sgl_overlay.states import BLOCKED, IN, PENDING, Content, PatchStatus, State, content_of, series_status
 from sgl_overlay.tree import check_preimages
 
 
@@ -76,7 +76,7 @@ def status(co: Checkout) -> tuple[list[str], bool]:
         for r in sv.rows[target.name]:
             extra = r.commit[:12] if r.commit else r.detail
             lines.append(f"  {r.state.value:<20} {r.patch.label}" + (f"  ({extra})" if extra else ""))
-            ok &= optional is not None or r.state not in (State.CONFLICTING, State.ABSENT)
+            ok &= optional is not None or r.state not in BLOCKED
     return lines + [f"warning: {w}" for w in preimage_warnings(co, sv)], ok
 
 
@@ -87,7 +87,7 @@ def _optional_note(co: Checkout, sv: Survey, target: Target) -> str:
         return f"{name}: applied here too ({why})"
     if all(r.state in IN for r in rows):
         return f"{name}: already in here ({why}; {', '.join(r.state.value for r in rows)})"
-    bad = next((r for r in rows if r.state in (State.CONFLICTING, State.ABSENT)), None)
+    bad = next((r for r in rows if r.state in BLOCKED), None)
     if bad is not None and bad.state == State.ABSENT:
         return f"{name}: not applied ({why}); {bad.patch.label} needs {bad.detail}, which is not here"
     if bad is not None:

@@ -37,6 +37,44 @@ class State(StrEnum):
 
 PENDING = (State.APPLICABLE, State.APPLICABLE_3WAY)
 IN = (State.APPLIED, State.UPSTREAM)
+BLOCKED = (State.CONFLICTING, State.ABSENT)  # a patch that cannot go in here
+
+
+class Outcome(StrEnum):
+    """A State in the compatibility matrix's words, on a tree fresh at `upstream` (never APPLIED):
+    APPLICABLE is split by whether the files it modifies are the pinned blobs. The legend lists
+    them in this order."""
+
+    EXACT = "exact"
+    OFFSETS = "offsets"
+    THREE_WAY = "3-way"
+    CONFLICT = "conflict"
+    ABSENT = "absent"
+    UPSTREAM = "upstream"
+
+    @property
+    def state(self) -> State:
+        return _STATE_OF[self]
+
+    @classmethod
+    def of(cls, state: State, at_pin: bool = True) -> Outcome:
+        """The outcome of `state`; `at_pin`: the files are the pinned pre-images (APPLICABLE only)."""
+        if state == State.APPLICABLE:
+            return cls.EXACT if at_pin else cls.OFFSETS
+        for outcome, of in _STATE_OF.items():
+            if of == state:
+                return outcome
+        raise ValueError(f"{state.value} has no matrix outcome")
+
+
+_STATE_OF = {
+    Outcome.EXACT: State.APPLICABLE,
+    Outcome.OFFSETS: State.APPLICABLE,
+    Outcome.THREE_WAY: State.APPLICABLE_3WAY,
+    Outcome.CONFLICT: State.CONFLICTING,
+    Outcome.ABSENT: State.ABSENT,
+    Outcome.UPSTREAM: State.UPSTREAM,
+}
 
 
 @dataclass
