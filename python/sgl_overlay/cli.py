@@ -27,6 +27,7 @@ try:  # Ctrl-C while the modules load is one line too
         transaction,
         tree,
         wheels,
+        wording,
     )
     from sgl_overlay.checkout import Checkout, detect
     from sgl_overlay.errors import Interrupted, OverlayError, UsageError
@@ -83,23 +84,23 @@ def cmd_apply(args: argparse.Namespace, ctx: Context) -> int:
             print(transaction.abort(co.path), flush=True)
         return 0
     for co in ctx.checkouts(args):
-        for line in operations.apply(co, args.strict):
+        for line in wording.apply_lines(operations.apply(co, args.strict)):
             print(line, flush=True)
     return 0
 
 
-def _print_each(results: Iterator[tuple[list[str], bool]]) -> int:
-    """Print each checkout's lines as it is read; exit 1 when one of them failed."""
+def _print_each(reports: Iterator[operations.CheckReport | operations.StatusReport], words: Callable) -> int:
+    """Print each checkout's report, in `words`, as it is read; exit 1 when one of them failed."""
     ok = True
-    for lines, fine in results:
-        print("\n".join(lines), flush=True)
-        ok &= fine
+    for report in reports:
+        print("\n".join(words(report)), flush=True)
+        ok &= report.ok
     return 0 if ok else 1
 
 
 def cmd_check(args: argparse.Namespace, ctx: Context) -> int:
     """Say what apply would do, touching nothing (exit 1 if it would fail)."""
-    return _print_each(operations.check(co, args.strict) for co in ctx.checkouts(args))
+    return _print_each((operations.check(co, args.strict) for co in ctx.checkouts(args)), wording.check_lines)
 
 
 def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
@@ -107,13 +108,13 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
 
     Each patch is applied, applicable, applicable (3-way), conflicting, already upstream or target file absent,
     read from the files (uncommitted working files included); the tree is not touched."""
-    return _print_each(operations.status(co) for co in ctx.checkouts(args))
+    return _print_each((operations.status(co) for co in ctx.checkouts(args)), wording.status_lines)
 
 
 def cmd_revert(args: argparse.Namespace, ctx: Context) -> int:
     """Remove exactly the overlay's commits (reset when on top, else `git revert`); refuses a dirty tree."""
     for co in ctx.checkouts(args):
-        for line in operations.revert(co):
+        for line in wording.revert_lines(operations.revert(co)):
             print(line, flush=True)
     return 0
 

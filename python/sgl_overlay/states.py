@@ -12,7 +12,7 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass
-from enum import StrEnum
+from enum import Enum, StrEnum
 from pathlib import Path
 
 from sgl_overlay import gitutil
@@ -75,6 +75,17 @@ _STATE_OF = {
     Outcome.ABSENT: State.ABSENT,
     Outcome.UPSTREAM: State.UPSTREAM,
 }
+
+
+class Standing(Enum):
+    """Where a target stands as a whole (said of one a plain apply leaves alone)."""
+
+    APPLIED = "applied"  # all its patches applied
+    IN = "in"  # all in, not all applied
+    ABSENT = "absent"  # a patch needs a file that is not here
+    CONFLICTS = "conflicts"
+    HALF_APPLIED = "half-applied"
+    APPLIES = "applies"  # its patches would go in with `apply -t`
 
 
 @dataclass
