@@ -18,7 +18,7 @@ from xml.etree import ElementTree
 
 from packaging.version import InvalidVersion, Version
 
-from sgl_overlay import fetch, gitutil, transaction, tree
+from sgl_overlay import fetch, gitutil, transaction, tree, wording
 from sgl_overlay.errors import OverlayError, UsageError
 from sgl_overlay.manifest import Kind, Manifest, MatrixSpec, PinnedWheel, Target
 from sgl_overlay.scratch import folder
@@ -144,7 +144,9 @@ def lay_out_version(target: Target, spec: MatrixSpec, version: str, opts: Option
         gitutil.git(dest, "clean", "-qfdx")
         line = f"{dest} reused"
     else:
-        line = tree.lay_out(at_version, dest, wheel, series, force=True, check_pins=version == target.pinned)
+        line = wording.laid_out(
+            tree.lay_out(at_version, dest, wheel, series, force=True, check_pins=version == target.pinned)
+        )
         gitutil.git(dest, "config", "sgl-overlay.matrix-sha256", made_by)
     log(f"matrix {target.name} {version}: {line} ({time.monotonic() - t0:.1f} s)")
     return _VersionTree(dest, series, dict(zip(files, target.patches)), run)

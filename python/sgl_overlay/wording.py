@@ -1,6 +1,7 @@
-"""The sentences for what apply / check / status / revert report: every line `cli` prints for
-them, and the refusal lines `operations` raises from a report's facts. It reads the reports'
-fields only (at run time it imports `states` alone), so `operations` may call it too."""
+"""The sentences for what the commands report (apply / check / status / revert, doctor, fetch, export,
+pins, apply --abort): every line `cli` prints for them, and the refusal lines `operations` and
+`transaction` raise from their facts. It reads the reports' fields only (at run time it imports
+`states` alone), so the modules that make the reports may call it too."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from typing import TYPE_CHECKING
 from sgl_overlay.states import Standing
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from sgl_overlay.doctor import DoctorReport
     from sgl_overlay.operations import (
         AlreadyIn,
         ApplyReport,
@@ -18,6 +22,8 @@ if TYPE_CHECKING:
         RevertReport,
         StatusReport,
     )
+    from sgl_overlay.transaction import Aborted
+    from sgl_overlay.tree import LaidOut
 
 STATE_WIDTH = 20  # the state column of `status`
 
@@ -114,3 +120,55 @@ def revert_lines(r: RevertReport) -> list[str]:
         states = "; ".join(f"{name}: {', '.join(s.value for s in states)}" for name, states in r.states.items())
         return [f"nothing to revert: no overlay patch is applied in {r.path} ({states})"]
     return [f"reverted {r.count} overlay commit(s) in {r.path} ({r.how}): {r.before[:12]} -> {r.after[:12]}"]
+
+
+def doctor_lines(r: DoctorReport) -> list[str]:
+    """The environment, what is installed there, then each finding (a missing one with its fix, each fix once)."""
+    lines = [f"environment: {r.python}"] + [
+        f"{d} {v}" if root is None else f"{d} {v} at {root}" for d, v, root in r.installed
+    ]
+    if not r.findings:
+        return lines + ["no sglang, sglang-kt or sgl-kernel installed here; pass --python of the serving env"]
+    if r.kernel_unchecked:
+        lines.append(f"no {' or '.join(r.kernel_unchecked)} installed here: the kernel fix is not checked")
+    shown: set[str] = set()  # one fix often mends several findings: print it once, under the first
+    for f in r.findings:
+        lines.append(f"  [{'ok' if f.ok else 'MISSING'}] {f.target}: {f.what}")
+        if not f.ok:
+            lines.append(f"      fix: {f.fix}" if f.fix not in shown else "      fix: the one above")
+            shown.add(f.fix)
+    return lines
+
+
+def laid_out(t: LaidOut) -> str:
+    if t.files is None:
+        return f"tree {t.target}: {t.dest} ready (upstream {t.version})"
+    return f"tree {t.target}: {t.dest} laid out ({t.files} files, commit {t.head[:12]})"
+
+
+def export_lines(written: list[tuple[Path, bool]]) -> list[str]:
+    return [f"{'wrote' if changed else 'unchanged'} {dest}" for dest, changed in written]
+
+
+def pins_lines(manifest: Path, written: list[tuple[str, int]]) -> list[str]:
+    lines = [f"pins {name}: {count} pre-image(s) written to {manifest}" for name, count in written]
+    return lines or [f"pins: {manifest} already matches the series"]
+
+
+def who(run: dict) -> str:
+    """The run a lock or journal records."""
+    return f"`sgl-overlay {run.get('command', '?')}` (pid {run.get('pid', '?')})"
+
+
+def aborted(a: Aborted) -> str:
+    if a.run is None:
+        return f"nothing to abort in {a.repo}: no sgl-overlay run left a lock or journal there"
+    if not a.head:
+        return f"removed the stale lock {a.lock} of {who(a.run)}; nothing to roll back in {a.repo}"
+    done = f"; it had done {', '.join(a.done)}" if a.done else ""
+    return f"rolled back the killed {who(a.run)} in {a.repo}: HEAD {a.head[:12]} again, as before it ran{done}"
+
+
+def wheel_names(rows: list[list[str]]) -> list[str]:
+    """`wheels --print-names`: one line of space-separated fields per wheel, for scripts."""
+    return [" ".join(fields) for fields in rows]

@@ -145,3 +145,70 @@ def test_revert_lines():
         "nothing to revert: no overlay patch is applied in /co (sglang: applicable, already upstream; "
         "sglang-kt: target file absent)"
     ]
+
+
+def test_doctor_lines():
+    from sgl_overlay.doctor import DoctorReport, Finding
+
+    findings = [
+        Finding("sglang", "fix a", False, "pip install x"),
+        Finding("sglang", "fix b", False, "pip install x"),
+        Finding("sglang", "fix c", True, "unused"),
+    ]
+    report = DoctorReport("/env/bin/python", [("sglang", "0.5.23", "/env/site"), ("sgl-kernel", "0.3", None)], findings)
+    assert wording.doctor_lines(report) == [
+        "environment: /env/bin/python",
+        "sglang 0.5.23 at /env/site",
+        "sgl-kernel 0.3",
+        "  [MISSING] sglang: fix a",
+        "      fix: pip install x",
+        "  [MISSING] sglang: fix b",
+        "      fix: the one above",
+        "  [ok] sglang: fix c",
+    ]
+    assert not report.ok
+    alone = DoctorReport("/p", [], [Finding("sglang", "fix c", True, "")], ("sgl-kernel", "sgl-kernel-ext"))
+    assert alone.ok
+    assert wording.doctor_lines(alone)[1] == (
+        "no sgl-kernel or sgl-kernel-ext installed here: the kernel fix is not checked"
+    )
+    empty = DoctorReport("/p", [], [], ("sgl-kernel",))
+    assert not empty.ok
+    assert wording.doctor_lines(empty) == [
+        "environment: /p",
+        "no sglang, sglang-kt or sgl-kernel installed here; pass --python of the serving env",
+    ]
+
+
+def test_tree_export_and_pins_lines():
+    from sgl_overlay.tree import LaidOut
+
+    assert wording.laid_out(LaidOut("sglang", Path("/t/sglang"), "0.5.23")) == (
+        "tree sglang: /t/sglang ready (upstream 0.5.23)"
+    )
+    assert wording.laid_out(LaidOut("sglang", Path("/t/sglang"), "0.5.23", 12, SHA)) == (
+        "tree sglang: /t/sglang laid out (12 files, commit 0123456789ab)"
+    )
+    assert wording.export_lines([(Path("/p/0001-a.patch"), True), (Path("/p/0002-b.patch"), False)]) == [
+        "wrote /p/0001-a.patch",
+        "unchanged /p/0002-b.patch",
+    ]
+    manifest = Path("/p/manifest.toml")
+    assert wording.pins_lines(manifest, [("sglang", 3)]) == ["pins sglang: 3 pre-image(s) written to /p/manifest.toml"]
+    assert wording.pins_lines(manifest, []) == ["pins: /p/manifest.toml already matches the series"]
+
+
+def test_abort_lines():
+    from sgl_overlay.transaction import Aborted
+
+    run = {"command": "apply", "pid": 41}
+    assert wording.aborted(Aborted(CO)) == "nothing to abort in /co: no sgl-overlay run left a lock or journal there"
+    assert wording.aborted(Aborted(CO, run, Path("/co/.git/sgl-overlay.lock"))) == (
+        "removed the stale lock /co/.git/sgl-overlay.lock of `sgl-overlay apply` (pid 41); nothing to roll back in /co"
+    )
+    rolled = Aborted(CO, run, None, SHA, ("sglang/0001-a.patch",))
+    assert wording.aborted(rolled) == (
+        "rolled back the killed `sgl-overlay apply` (pid 41) in /co: HEAD 0123456789ab again, as before it ran; "
+        "it had done sglang/0001-a.patch"
+    )
+    assert wording.who({}) == "`sgl-overlay ?` (pid ?)"
