@@ -27,6 +27,7 @@ try:  # Ctrl-C while the modules load is one line too
         transaction,
         tree,
         wheels,
+        wording,
     )
     from sgl_overlay.checkout import Checkout, detect
     from sgl_overlay.errors import Interrupted, OverlayError, UsageError
@@ -68,7 +69,9 @@ def cmd_fetch(args: argparse.Namespace, ctx: Context) -> int:
     for target in ctx.manifest.select(args.target):
         series = Series.read(target)
         wheel = fetch.fetch_wheels(target, ctx.cache, args.offline)[0] if target.kind == Kind.WHEEL else None
-        print(tree.lay_out(target, ctx.trees / target.name, wheel, series, force=args.force), flush=True)
+        print(
+            wording.laid_out(tree.lay_out(target, ctx.trees / target.name, wheel, series, force=args.force)), flush=True
+        )
     return 0
 
 
@@ -80,26 +83,26 @@ def cmd_apply(args: argparse.Namespace, ctx: Context) -> int:
     apply or revert left (its journal in the git directory) and removes its lock."""
     if args.abort:
         for co in ctx.checkouts(args):
-            print(transaction.abort(co.path), flush=True)
+            print(wording.aborted(transaction.abort(co.path)), flush=True)
         return 0
     for co in ctx.checkouts(args):
-        for line in operations.apply(co, args.strict):
+        for line in wording.apply_lines(operations.apply(co, args.strict)):
             print(line, flush=True)
     return 0
 
 
-def _print_each(results: Iterator[tuple[list[str], bool]]) -> int:
-    """Print each checkout's lines as it is read; exit 1 when one of them failed."""
+def _print_each(reports: Iterator[operations.CheckReport | operations.StatusReport], words: Callable) -> int:
+    """Print each checkout's report, in `words`, as it is read; exit 1 when one of them failed."""
     ok = True
-    for lines, fine in results:
-        print("\n".join(lines), flush=True)
-        ok &= fine
+    for report in reports:
+        print("\n".join(words(report)), flush=True)
+        ok &= report.ok
     return 0 if ok else 1
 
 
 def cmd_check(args: argparse.Namespace, ctx: Context) -> int:
     """Say what apply would do, touching nothing (exit 1 if it would fail)."""
-    return _print_each(operations.check(co, args.strict) for co in ctx.checkouts(args))
+    return _print_each((operations.check(co, args.strict) for co in ctx.checkouts(args)), wording.check_lines)
 
 
 def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
@@ -107,13 +110,13 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
 
     Each patch is applied, applicable, applicable (3-way), conflicting, already upstream or target file absent,
     read from the files (uncommitted working files included); the tree is not touched."""
-    return _print_each(operations.status(co) for co in ctx.checkouts(args))
+    return _print_each((operations.status(co) for co in ctx.checkouts(args)), wording.status_lines)
 
 
 def cmd_revert(args: argparse.Namespace, ctx: Context) -> int:
     """Remove exactly the overlay's commits (reset when on top, else `git revert`); refuses a dirty tree."""
     for co in ctx.checkouts(args):
-        for line in operations.revert(co):
+        for line in wording.revert_lines(operations.revert(co)):
             print(line, flush=True)
     return 0
 
@@ -136,11 +139,12 @@ def cmd_verify(args: argparse.Namespace, ctx: Context) -> int:
 def cmd_export(args: argparse.Namespace, ctx: Context) -> int:
     """(maintainers) Write the commits on `upstream` in build/trees/<target> back to patches/<target>/."""
     for target in ctx.manifest.select(args.target):
-        for line in export.export_series(target, ctx.trees / target.name):
+        for line in wording.export_lines(export.export_series(target, ctx.trees / target.name)):
             print(line)
-    for line in pins.rewrite(
+    written = pins.rewrite(
         load_manifest(ctx.manifest.path.parent), ctx.manifest.select(args.target) if args.target else None
-    ):
+    )
+    for line in wording.pins_lines(ctx.manifest.path, written):
         print(line)
     return 0
 
@@ -149,7 +153,8 @@ def cmd_pins(args: argparse.Namespace, ctx: Context) -> int:
     """(maintainers) Rewrite the manifest's `preimages` tables from the series (each file's first-touch blob).
 
     Every other command refuses a table the series disagrees with; `export` rewrites it too."""
-    for line in pins.rewrite(ctx.manifest, ctx.manifest.select(args.target) if args.target else None):
+    written = pins.rewrite(ctx.manifest, ctx.manifest.select(args.target) if args.target else None)
+    for line in wording.pins_lines(ctx.manifest.path, written):
         print(line)
     return 0
 
@@ -161,8 +166,8 @@ def cmd_wheels(args: argparse.Namespace, ctx: Context) -> int:
     --checkout, upstream's own build of the checkout's python/, once the series is in."""
     out_dir, local = (args.out or doctor.default_dist(ctx.root)).resolve(), ctx.manifest.local_version
     if args.print_names:
-        lines = wheels.print_names(ctx.manifest.select(args.target), ctx.cache, out_dir, local, args.for_python)
-        print("\n".join(lines))
+        rows = wheels.print_names(ctx.manifest.select(args.target), ctx.cache, out_dir, local, args.for_python)
+        print("\n".join(wording.wheel_names(rows)))
         return 0
     if args.checkout is not None:
         print(f"built {wheels.build_from_checkout(detect(args.checkout, ctx.manifest, args.target), out_dir, local)}")
@@ -183,9 +188,9 @@ def cmd_doctor(args: argparse.Namespace, ctx: Context) -> int:
     Installed files against the post-image blobs, sgl-kernel-ext installed and wired in, a live N=16 copy on
     a GPU; prints the command that fixes what is missing."""
     dist = (args.dist or doctor.default_dist(ctx.root)).resolve()
-    lines, ok = doctor.doctor(ctx.manifest, args.python, dist, not args.no_live, args.site)
-    print("\n".join(lines))
-    return 0 if ok else 1
+    report = doctor.doctor(ctx.manifest, args.python, dist, not args.no_live, args.site)
+    print("\n".join(wording.doctor_lines(report)))
+    return 0 if report.ok else 1
 
 
 def cmd_matrix(args: argparse.Namespace, ctx: Context) -> int:

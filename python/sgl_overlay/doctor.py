@@ -127,32 +127,35 @@ def check_kernel(data: dict, dist_dir: Path) -> list[Finding]:
     return findings
 
 
+@dataclass
+class DoctorReport:
+    """What an environment has: its interpreter, the distributions found, each fix's finding."""
+
+    python: str
+    installed: list[tuple[str, str, str | None]]  # (distribution, version, where: None for the kernel's)
+    findings: list[Finding]
+    kernel_unchecked: tuple[str, ...] = ()  # the kernel distributions looked for, when none is installed
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.findings) and all(f.ok for f in self.findings)
+
+
 def doctor(
     manifest: Manifest, python: str, dist_dir: Path, live: bool = True, site: Path | None = None
-) -> tuple[list[str], bool]:
+) -> DoctorReport:
     if site is not None and not site.is_dir():
         raise UsageError(f"--site {site} is not a folder; pass the DIR of `pip install --target DIR`")
     wheel_targets = [t for t in manifest.targets.values() if t.kind == Kind.WHEEL]
     data = probe(python, [t.dist_name for t in wheel_targets], live, site)
-    lines = [f"environment: {data['python']}"]
+    installed: list[tuple[str, str, str | None]] = []
     findings: list[Finding] = []
     for target in wheel_targets:
         info = data["dists"].get(target.dist_name)
         if info is not None:
-            lines.append(f"{target.dist_name} {info['version']} at {info['root']}")
+            installed.append((target.dist_name, info["version"], info["root"]))
             findings += check_python_target(manifest, Series.read(target), info, dist_dir, tuple(data["version"]))
-    for kname in KERNEL_NAMES:
-        if kname in data["dists"]:
-            lines.append(f"{kname} {data['dists'][kname]['version']}")
+    installed += [(k, data["dists"][k]["version"], None) for k in KERNEL_NAMES if k in data["dists"]]
     findings += check_kernel(data, dist_dir)
-    if not findings:
-        return lines + ["no sglang, sglang-kt or sgl-kernel installed here; pass --python of the serving env"], False
-    if not any(k in data["dists"] for k in KERNEL_NAMES):
-        lines.append(f"no {' or '.join(KERNEL_NAMES)} installed here: the kernel fix is not checked")
-    shown: set[str] = set()  # one fix often mends several findings: print it once, under the first
-    for f in findings:
-        lines.append(f"  [{'ok' if f.ok else 'MISSING'}] {f.target}: {f.what}")
-        if not f.ok:
-            lines.append(f"      fix: {f.fix}" if f.fix not in shown else "      fix: the one above")
-            shown.add(f.fix)
-    return lines, all(f.ok for f in findings)
+    unchecked = () if any(k in data["dists"] for k in KERNEL_NAMES) else KERNEL_NAMES
+    return DoctorReport(data["python"], installed, findings, tuple(unchecked))

@@ -11,7 +11,8 @@ from sgl_overlay.series import FULL_CONTEXT
 from sgl_overlay.tree import BASE_TAG, is_ready
 
 
-def export_series(target: Target, tree: Path) -> list[str]:
+def export_series(target: Target, tree: Path) -> list[tuple[Path, bool]]:
+    """Write the tree's commits on `upstream` as the target's patch files: each one written, and whether it changed."""
     if not is_ready(tree, target):
         raise OverlayError(f"no tree for {target.name} at {tree}; run `sgl-overlay fetch` and `apply` first")
     with scratch.folder("export") as tmp:
@@ -27,11 +28,11 @@ def export_series(target: Target, tree: Path) -> list[str]:
                 f"{list(target.patches)}; update `patches` in patches/manifest.toml"
             )
         target.patch_dir.mkdir(parents=True, exist_ok=True)
-        lines = []
+        written = []
         for p in made:
             dest = target.patch_dir / p.name
             data = p.read_bytes()
             changed = not dest.exists() or dest.read_bytes() != data
             dest.write_bytes(data)
-            lines.append(f"{'wrote' if changed else 'unchanged'} {dest}")
-    return lines
+            written.append((dest, changed))
+    return written

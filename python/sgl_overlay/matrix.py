@@ -18,12 +18,12 @@ from xml.etree import ElementTree
 
 from packaging.version import InvalidVersion, Version
 
-from sgl_overlay import fetch, gitutil, transaction, tree
+from sgl_overlay import fetch, gitutil, transaction, tree, wording
 from sgl_overlay.errors import OverlayError, UsageError
 from sgl_overlay.manifest import Kind, Manifest, MatrixSpec, PinnedWheel, Target
 from sgl_overlay.scratch import folder
 from sgl_overlay.series import Patch, Series
-from sgl_overlay.states import PatchStatus, ScratchIndex, State, series_status
+from sgl_overlay.states import PENDING, Outcome, PatchStatus, ScratchIndex, State, series_status
 from sgl_overlay.subproc import failure_reason
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout this package sits in (its venvs)
@@ -33,18 +33,7 @@ PYTEST = ("-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=")
 Log = Callable[[str], None]
 
 
-class Outcome(StrEnum):
-    """Where a patch stands on one version; the legend lists them in this order."""
-
-    EXACT = "exact"
-    OFFSETS = "offsets"
-    THREE_WAY = "3-way"
-    CONFLICT = "conflict"
-    ABSENT = "absent"
-    UPSTREAM = "upstream"
-
-
-APPLIES = (Outcome.EXACT, Outcome.OFFSETS, Outcome.THREE_WAY)  # the patch is committed, its tests run
+APPLIES = tuple(o for o in Outcome if o.state in PENDING)  # the patch is committed, its tests run
 
 LEGEND = {
     Outcome.EXACT: "applies exactly: every file it modifies is byte-identical to the pinned pre-image (same blob id)",
@@ -155,7 +144,9 @@ def lay_out_version(target: Target, spec: MatrixSpec, version: str, opts: Option
         gitutil.git(dest, "clean", "-qfdx")
         line = f"{dest} reused"
     else:
-        line = tree.lay_out(at_version, dest, wheel, series, force=True, check_pins=version == target.pinned)
+        line = wording.laid_out(
+            tree.lay_out(at_version, dest, wheel, series, force=True, check_pins=version == target.pinned)
+        )
         gitutil.git(dest, "config", "sgl-overlay.matrix-sha256", made_by)
     log(f"matrix {target.name} {version}: {line} ({time.monotonic() - t0:.1f} s)")
     return _VersionTree(dest, series, dict(zip(files, target.patches)), run)
@@ -201,22 +192,25 @@ def _differs_from_pin(patch: Patch, vtree: Path, at_version: Target) -> list[str
 
 def classify(st: PatchStatus, vtree: Path, at_version: Target) -> Cell:
     """The cell of one patch in a tree freshly reset to `upstream` (so nothing is APPLIED yet)."""
-    match st.state:
-        case State.APPLICABLE:
-            if differ := _differs_from_pin(st.patch, vtree, at_version):
-                offsets = st.detail or "no line offsets"
-                return Cell(Outcome.OFFSETS, f"{', '.join(differ)} differ from the pin; {offsets}")
-            return Cell(Outcome.EXACT, "pre-image blob ids equal the pin")
-        case State.APPLICABLE_3WAY:  # git does not always name where the exact apply failed
+    if st.state == State.APPLIED:
+        raise OverlayError(f"{st.patch.label}: unexpected state {st.state.value} in a fresh matrix tree")
+    differ = _differs_from_pin(st.patch, vtree, at_version) if st.state == State.APPLICABLE else []
+    outcome = Outcome.of(st.state, at_pin=not differ)
+    match outcome:
+        case Outcome.EXACT:
+            detail = "pre-image blob ids equal the pin"
+        case Outcome.OFFSETS:
+            detail = f"{', '.join(differ)} differ from the pin; {st.detail or 'no line offsets'}"
+        case Outcome.THREE_WAY:  # git does not always name where the exact apply failed
             where = _hunk_of(st.patch, st.detail) if st.detail.startswith("patch failed") else ""
-            return Cell(Outcome.THREE_WAY, where and f"exact apply fails at {where}; 3-way merge is clean")
-        case State.CONFLICTING:
-            return Cell(Outcome.CONFLICT, f"{_hunk_of(st.patch, st.detail)} (fails exact and 3-way)")
-        case State.ABSENT:
-            return Cell(Outcome.ABSENT, f"missing {st.detail}")
-        case State.UPSTREAM:
-            return Cell(Outcome.UPSTREAM, st.detail)
-    raise OverlayError(f"{st.patch.label}: unexpected state {st.state.value} in a fresh matrix tree")
+            detail = where and f"exact apply fails at {where}; 3-way merge is clean"
+        case Outcome.CONFLICT:
+            detail = f"{_hunk_of(st.patch, st.detail)} (fails exact and 3-way)"
+        case Outcome.ABSENT:
+            detail = f"missing {st.detail}"
+        case _:
+            detail = st.detail
+    return Cell(outcome, detail)
 
 
 def apply_and_commit(vtree: Path, patch: Patch) -> str:

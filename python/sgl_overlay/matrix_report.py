@@ -6,7 +6,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from sgl_overlay.matrix import LEGEND, Outcome, TargetRun, Tests
+from sgl_overlay.matrix import LEGEND, TargetRun, Tests
+from sgl_overlay.states import Outcome
 
 SCHEMA = 2  # of compat-matrix.json
 
@@ -41,7 +42,7 @@ def _short(c: dict | None) -> str:
         return "–"
     outcome = Outcome(c["outcome"])
     text = _SHORT.get(outcome, outcome.value) + (" (variant)" if c.get("variant") else "")
-    result = c.get("tests", {}).get("result", "n/a")
+    result = Tests(c.get("tests", {}).get("result", Tests.NA))
     return text + (f" · {_TEST_MARK[result]}" if result in _TEST_MARK else "")
 
 
@@ -64,7 +65,7 @@ def _detail(patch: str, v: dict) -> str:
     variant = f" via variant `{c['patch_file']}`" if c.get("variant") else ""
     line = f"- `{patch}` @ {v['version']}: **{c['outcome']}**{variant} — {_md_escape(c['detail'])}"
     tests = c.get("tests", {})
-    if tests.get("result", "n/a") != "n/a":
+    if Tests(tests.get("result", Tests.NA)) != Tests.NA:
         reason = f" ({_md_escape(tests['reason'])})" if tests.get("reason") else ""
         files = " [" + ", ".join(f"`{f}`" for f in tests["files"]) + "]" if tests.get("files") else ""
         line += f"; tests: **{tests['result']}**{reason}{files}"

@@ -1,21 +1,22 @@
-"""apply / check / status / revert: all-or-nothing changes to a checkout through `git am -3`, and the
-lines that report them."""
+"""apply / check / status / revert: what each finds or does in a checkout, returned as a report
+(`wording` makes its lines); changes go all-or-nothing through `transaction`."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
 
-from sgl_overlay import gitutil, subproc, transaction
+from sgl_overlay import gitutil, subproc, transaction, wording
 from sgl_overlay.checkout import Checkout, ensure_hooks_run, ensure_writable
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.manifest import Target
 from sgl_overlay.series import Patch
-from sgl_overlay.states import IN, PENDING, Content, PatchStatus, State, content_of, series_status
-from sgl_overlay.tree import check_preimages
+from sgl_overlay.states import BLOCKED, IN, PENDING, Content, PatchStatus, Standing, State, content_of, series_status
+from sgl_overlay.tree import PreimageMismatch, check_preimages
 
 
 @dataclass
@@ -33,10 +34,18 @@ def survey(co: Checkout, working_files: bool = False) -> Survey:
     return Survey(content, rows)
 
 
-def preimage_warnings(co: Checkout, sv: Survey) -> list[str]:
+@dataclass(frozen=True)
+class PreimageDiffers:
+    """A file of a required target whose patches are not in is not the pinned pre-image."""
+
+    target: str
+    mismatch: PreimageMismatch
+
+
+def preimage_warnings(co: Checkout, sv: Survey) -> list[PreimageDiffers]:
     """Blob mismatches of pinned pre-images, for required targets none of whose patches is
     applied (nor, all of them, already upstream: a series that is in needs no warning)."""
-    lines = []
+    found = []
     for target in co.required:
         rows = sv.rows[target.name]
         if any(s.state == State.APPLIED for s in rows) or all(s.state in IN for s in rows):
@@ -45,79 +54,110 @@ def preimage_warnings(co: Checkout, sv: Survey) -> list[str]:
             co.path, sv.content.tree, co.series[target.name], co.placement(target.name).path
         ):
             if problem.found is not None:  # a missing file is reported as ABSENT by the series
-                lines.append(f"{target.name}: pre-image differs: {problem}")
-    return lines
+                found.append(PreimageDiffers(target.name, problem))
+    return found
 
 
-def status(co: Checkout) -> tuple[list[str], bool]:
-    """Each patch's state, read from the working files; False when a required one cannot go in."""
+@dataclass(frozen=True)
+class Uncommitted:
+    """Tracked files with uncommitted changes: the states read them, apply and revert refuse."""
+
+    count: int
+    ours: int  # of them touched by the patches
+    first: str  # the first touched by the patches, else the first
+
+
+@dataclass(frozen=True)
+class TargetStatus:
+    name: str
+    optional: str | None  # why a plain apply leaves the target alone (see Checkout.optional), None: required
+    rows: list[PatchStatus]
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    path: Path
+    busy: str | None  # another run's lock or a dead run's journal (transaction.leftover)
+    uncommitted: Uncommitted | None
+    targets: list[TargetStatus]
+    warnings: list[PreimageDiffers]
+
+    @property
+    def ok(self) -> bool:
+        """Every required patch can go in (or is in)."""
+        return all(t.optional is not None or r.state not in BLOCKED for t in self.targets for r in t.rows)
+
+
+def status(co: Checkout) -> StatusReport:
+    """Each patch's state, read from the working files."""
     sv = survey(co, working_files=True)
-    lines = []
-    busy = transaction.leftover(co.path)
-    if busy:
-        lines.append(f"note: {busy}")
-    uncommitted = sv.content.uncommitted
-    if uncommitted:
+    uncommitted = None
+    if sv.content.uncommitted:
         touched = set()  # where the patches' files are in this checkout
         for t in co.targets:
             touched.update(co.placement(t.name).path(p) for p in co.series[t.name].final_blobs())
-        ours = [p for p in uncommitted if p in touched]
-        first = (ours or uncommitted)[0]
-        lines.append(
-            f"note: {len(uncommitted)} file(s) have uncommitted changes ({len(ours)} touched by the patches; "
-            f"first: {first}): the states below read the working files, not HEAD; apply and revert refuse until "
-            "they are committed or stashed"
-        )
-    ok = True
-    for target in co.targets:
-        optional = co.optional.get(target.name)
-        note = f" (optional here: {optional}; only `-t {target.name}` applies it)" if optional else ""
-        lines.append(f"{target.name} in {co.path}{note}:")
-        for r in sv.rows[target.name]:
-            extra = r.commit[:12] if r.commit else r.detail
-            lines.append(f"  {r.state.value:<20} {r.patch.label}" + (f"  ({extra})" if extra else ""))
-            ok &= optional is not None or r.state not in (State.CONFLICTING, State.ABSENT)
-    return lines + [f"warning: {w}" for w in preimage_warnings(co, sv)], ok
+        ours = [p for p in sv.content.uncommitted if p in touched]
+        uncommitted = Uncommitted(len(sv.content.uncommitted), len(ours), (ours or sv.content.uncommitted)[0])
+    targets = [TargetStatus(t.name, co.optional.get(t.name), sv.rows[t.name]) for t in co.targets]
+    return StatusReport(co.path, transaction.leftover(co.path), uncommitted, targets, preimage_warnings(co, sv))
 
 
-def _optional_note(co: Checkout, sv: Survey, target: Target) -> str:
-    """One line on a target a plain apply leaves alone (see Checkout.optional): what its patches would do here."""
-    name, why, rows = target.name, co.optional[target.name], sv.rows[target.name]
+@dataclass(frozen=True)
+class BlobDiffers:
+    """The file a conflicting patch modifies, and the blob it is written for."""
+
+    path: str
+    have: str
+    want: str
+
+
+@dataclass(frozen=True)
+class OptionalNote:
+    """What the patches of a target a plain apply leaves alone would do here."""
+
+    path: Path
+    target: str
+    why: str
+    standing: Standing
+    rows: list[PatchStatus]
+    bad: PatchStatus | None = None  # the absent or conflicting patch
+    differs: BlobDiffers | None = None  # for CONFLICTS: where a port must start from
+    three_way: bool = False  # for APPLIES: only through a 3-way merge
+
+
+def _optional_note(co: Checkout, sv: Survey, target: Target) -> OptionalNote:
+    name, rows = target.name, sv.rows[target.name]
+    note = OptionalNote(co.path, name, co.optional[name], Standing.APPLIES, rows)
     if all(r.state == State.APPLIED for r in rows):
-        return f"{name}: applied here too ({why})"
+        return dataclasses.replace(note, standing=Standing.APPLIED)
     if all(r.state in IN for r in rows):
-        return f"{name}: already in here ({why}; {', '.join(r.state.value for r in rows)})"
-    bad = next((r for r in rows if r.state in (State.CONFLICTING, State.ABSENT)), None)
+        return dataclasses.replace(note, standing=Standing.IN)
+    bad = next((r for r in rows if r.state in BLOCKED), None)
     if bad is not None and bad.state == State.ABSENT:
-        return f"{name}: not applied ({why}); {bad.patch.label} needs {bad.detail}, which is not here"
+        return dataclasses.replace(note, standing=Standing.ABSENT, bad=bad)
     if bad is not None:
-        return f"{name}: not applied ({why}); its patch conflicts here: {_blob_note(co, sv, bad, target)}"
+        return dataclasses.replace(
+            note, standing=Standing.CONFLICTS, bad=bad, differs=_blob_differs(co, sv, bad, target)
+        )
     if any(r.state == State.APPLIED for r in rows):
-        return f"{name}: half-applied here ({why}); run `sgl-overlay revert -t {name} --checkout {co.path}`"
-    how = "applies" if all(r.state != State.APPLICABLE_3WAY for r in rows) else "applies with a 3-way merge"
-    return (
-        f"{name}: not applied ({why}); its patch {how} here: add it with "
-        f"`sgl-overlay apply -t {name} --checkout {co.path}`"
-    )
+        return dataclasses.replace(note, standing=Standing.HALF_APPLIED)
+    return dataclasses.replace(note, three_way=any(r.state == State.APPLICABLE_3WAY for r in rows))
 
 
-def _blob_note(co: Checkout, sv: Survey, row: PatchStatus, target: Target) -> str:
+def _blob_differs(co: Checkout, sv: Survey, row: PatchStatus, target: Target) -> BlobDiffers | None:
     """Which file differs from what the conflicting patch is written for: what a port must start from."""
     where = co.placement(target.name).path
     for c, have in row.patch.not_at_preimage(lambda path: gitutil.blob_at(co.path, sv.content.tree, where(path))):
         if have is not None:  # None: a file an earlier patch of the series adds
-            return (
-                f"{where(c.path)} is blob {have[:12]}, the patch is written for {c.old_blob[:12]}; "
-                "it needs a variant for this file (`sgl-overlay status` names the hunk)"
-            )
-    return "it needs a variant for this tree (`sgl-overlay status` names the hunk)"
+            return BlobDiffers(where(c.path), have, c.old_blob)
+    return None
 
 
-def _notes(co: Checkout, sv: Survey) -> list[str]:
+def _notes(co: Checkout, sv: Survey) -> list[OptionalNote]:
     return [_optional_note(co, sv, t) for t in co.targets if t.name in co.optional]
 
 
-def plan(co: Checkout, strict: bool) -> tuple[list[tuple[Path, tuple[str, ...]]], Survey, list[str]]:
+def plan(co: Checkout, strict: bool) -> tuple[list[tuple[Path, tuple[str, ...]]], Survey, list[PreimageDiffers]]:
     """The patch files apply would apply (each with its path-mapping flags), the survey and the pre-image
     warnings; refuses, tree untouched, what cannot go all the way."""
     ensure_writable(co)
@@ -125,7 +165,7 @@ def plan(co: Checkout, strict: bool) -> tuple[list[tuple[Path, tuple[str, ...]]]
     sv = survey(co)
     warnings = preimage_warnings(co, sv)
     if strict and warnings:
-        raise OverlayError(f"{warnings[0]} (--strict); use the pinned upstream version or drop --strict")
+        raise OverlayError(wording.strict_refusal(warnings[0]))
     to_apply: list[tuple[Path, tuple[str, ...]]] = []
     for target in co.required:
         name, rows = target.name, sv.rows[target.name]
@@ -179,41 +219,70 @@ def _other_targets(co: Checkout, sv: Survey, failed: str) -> str:
     return f"; `sgl-overlay apply {only} --checkout {co.path}` applies {', '.join(fine)} alone"
 
 
-def check(co: Checkout, strict: bool = False) -> tuple[list[str], bool]:
-    """What `apply` would do, touching nothing: its lines, and False when apply would refuse."""
+@dataclass(frozen=True)
+class AlreadyIn:
+    """Every required patch is in already: how many by overlay commits, how many upstream."""
+
+    path: Path
+    applied: int
+    upstream: int
+
+
+def already_in(co: Checkout, sv: Survey) -> AlreadyIn:
+    rows = [r for t in co.required for r in sv.rows[t.name]]
+    applied = sum(r.state == State.APPLIED for r in rows)
+    return AlreadyIn(co.path, applied, len(rows) - applied)
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """What `apply` would do; `refused`: why it would refuse (then nothing else is known)."""
+
+    path: Path
+    refused: str = ""
+    warnings: list[PreimageDiffers] = field(default_factory=list)
+    pending: int = 0  # patches it would apply
+    already: AlreadyIn | None = None  # when none would
+    notes: list[OptionalNote] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.refused
+
+
+def check(co: Checkout, strict: bool = False) -> CheckReport:
+    """What `apply` would do, touching nothing."""
     try:
         busy = transaction.leftover(co.path)
         if busy:
             raise OverlayError(busy)
         to_apply, sv, warnings = plan(co, strict)
     except OverlayError as exc:
-        return [f"would fail: {exc}"], False
-    would = f"{len(to_apply)} patch(es) would apply to {co.path}" if to_apply else already_in(co, sv)
-    return [f"warning: {w}" for w in warnings] + [f"ok: {would}"] + _notes(co, sv), True
+        return CheckReport(co.path, refused=str(exc))
+    already = None if to_apply else already_in(co, sv)
+    return CheckReport(co.path, "", warnings, len(to_apply), already, _notes(co, sv))
 
 
-def already_in(co: Checkout, sv: Survey) -> str:
-    """The line for a checkout where every required patch is in already."""
-    rows = [r for t in co.required for r in sv.rows[t.name]]
-    applied = sum(r.state == State.APPLIED for r in rows)
-    upstream = len(rows) - applied
-    if not upstream:
-        return f"already applied: {applied} patch(es) in {co.path}; nothing to do"
-    if not applied:
-        return (
-            f"already upstream: {upstream} patch(es) in {co.path} (the files hold their change, "
-            "not from overlay commits); nothing to do"
-        )
-    return f"already applied: {applied} patch(es), already upstream: {upstream}, in {co.path}; nothing to do"
+@dataclass(frozen=True)
+class ApplyReport:
+    """What `apply` did: `count` patches committed (`before` -> `after`), or none (`already`)."""
+
+    path: Path
+    warnings: list[PreimageDiffers]
+    notes: list[OptionalNote]
+    already: AlreadyIn | None = None
+    count: int = 0
+    before: str = ""
+    after: str = ""
+    upstream: int = 0  # patches skipped as already upstream
 
 
-def apply(co: Checkout, strict: bool = False) -> list[str]:
+def apply(co: Checkout, strict: bool = False) -> ApplyReport:
     """Apply every pending patch of every required target, or nothing at all."""
     with transaction.locked(co.path, "apply"):
         to_apply, sv, warnings = plan(co, strict)
-        report = [f"warning: {w} (continuing; --strict refuses)" for w in warnings]
         if not to_apply:
-            return report + [already_in(co, sv)] + _notes(co, sv)
+            return ApplyReport(co.path, warnings, _notes(co, sv), already=already_in(co, sv))
         targets = [t.name for t in co.required]
         subjects = [r.patch.subject for t in co.required for r in sv.rows[t.name]]
         with transaction.Change(co.path, "apply", targets, subjects) as change:
@@ -231,14 +300,25 @@ def apply(co: Checkout, strict: bool = False) -> list[str]:
                     )
                 change.done(", ".join(f"{p.parent.name}/{p.name}" for p in patches))
     upstream = sum(r.state == State.UPSTREAM for t in co.required for r in sv.rows[t.name])
-    skipped = f" ({upstream} already upstream, skipped)" if upstream else ""
-    report.append(
-        f"applied {len(to_apply)} patch(es) to {co.path}: {change.head[:12]} -> {gitutil.head(co.path)[:12]}{skipped}"
+    return ApplyReport(
+        co.path, warnings, _notes(co, sv), None, len(to_apply), change.head, gitutil.head(co.path), upstream
     )
-    return report + _notes(co, sv)
 
 
-def revert(co: Checkout) -> list[str]:
+@dataclass(frozen=True)
+class RevertReport:
+    """What `revert` did: `count` overlay commits removed (`how`: reset or git revert), or none
+    (`states`: each target's patch states)."""
+
+    path: Path
+    count: int = 0
+    how: str = ""
+    before: str = ""
+    after: str = ""
+    states: dict[str, list[State]] = field(default_factory=dict)
+
+
+def revert(co: Checkout) -> RevertReport:
     """Remove exactly the overlay's commits: reset if they are on top, `git revert` otherwise."""
     with transaction.locked(co.path, "revert"):
         ensure_writable(co)
@@ -246,8 +326,7 @@ def revert(co: Checkout) -> list[str]:
         applied = [r for rows in st.values() for r in rows if r.state == State.APPLIED]
         commits = list(dict.fromkeys(r.commit for r in applied))
         if not commits:
-            states = "; ".join(f"{name}: {', '.join(r.state.value for r in rows)}" for name, rows in st.items())
-            return [f"nothing to revert: no overlay patch is applied in {co.path} ({states})"]
+            return RevertReport(co.path, states={name: [r.state for r in rows] for name, rows in st.items()})
         top = gitutil.out(co.path, "rev-list", f"-n{len(commits)}", "HEAD").splitlines()
         subjects = [f'Revert "{r.patch.subject}"' for r in applied]
         with transaction.Change(co.path, "revert", list(st), subjects) as change:
@@ -262,10 +341,7 @@ def revert(co: Checkout) -> list[str]:
                 how = "git revert"
             if change.caught:
                 raise change.interrupted()
-    return [
-        f"reverted {len(commits)} overlay commit(s) in {co.path} ({how}): {change.head[:12]} -> "
-        f"{gitutil.head(co.path)[:12]}"
-    ]
+    return RevertReport(co.path, len(commits), how, change.head, gitutil.head(co.path))
 
 
 def _revert_failure(proc: subprocess.CompletedProcess) -> str:

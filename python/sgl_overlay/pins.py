@@ -20,11 +20,11 @@ def _table(target: Target, preimages: dict[str, str]) -> str:
     return f"[targets.{target.name}.preimages]\n{rows}"
 
 
-def rewrite(manifest: Manifest, only: list[Target] | None = None) -> list[str]:
+def rewrite(manifest: Manifest, only: list[Target] | None = None) -> list[tuple[str, int]]:
     """Write each target's table from its series into manifest.toml (nothing else in the file changes);
-    one line per table that changed."""
+    (target, pre-images) of each table that changed."""
     text = manifest.path.read_text()
-    lines = []
+    written = []
     for target in only or manifest.targets.values():
         want = Series.read(target).preimages()
         if want.keys() == target.preimages.keys() and all(same_blob(b, target.preimages[p]) for p, b in want.items()):
@@ -36,10 +36,10 @@ def rewrite(manifest: Manifest, only: list[Target] | None = None) -> list[str]:
             text = text.rstrip("\n") + "\n\n" + table
         else:  # the blank lines and comments that lead into the next table stay
             text = text[: m.start()] + table + _trailing(m.group(0)) + text[m.end() :]
-        lines.append(f"pins {target.name}: {len(want)} pre-image(s) written to {manifest.path}")
-    if lines:
+        written.append((target.name, len(want)))
+    if written:
         manifest.path.write_text(text)
-    return lines or [f"pins: {manifest.path} already matches the series"]
+    return written
 
 
 def _trailing(body: str) -> str:

@@ -12,7 +12,7 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass
-from enum import StrEnum
+from enum import Enum, StrEnum
 from pathlib import Path
 
 from sgl_overlay import gitutil
@@ -37,6 +37,55 @@ class State(StrEnum):
 
 PENDING = (State.APPLICABLE, State.APPLICABLE_3WAY)
 IN = (State.APPLIED, State.UPSTREAM)
+BLOCKED = (State.CONFLICTING, State.ABSENT)  # a patch that cannot go in here
+
+
+class Outcome(StrEnum):
+    """A State in the compatibility matrix's words, on a tree fresh at `upstream` (never APPLIED):
+    APPLICABLE is split by whether the files it modifies are the pinned blobs. The legend lists
+    them in this order."""
+
+    EXACT = "exact"
+    OFFSETS = "offsets"
+    THREE_WAY = "3-way"
+    CONFLICT = "conflict"
+    ABSENT = "absent"
+    UPSTREAM = "upstream"
+
+    @property
+    def state(self) -> State:
+        return _STATE_OF[self]
+
+    @classmethod
+    def of(cls, state: State, at_pin: bool = True) -> Outcome:
+        """The outcome of `state`; `at_pin`: the files are the pinned pre-images (APPLICABLE only)."""
+        if state == State.APPLICABLE:
+            return cls.EXACT if at_pin else cls.OFFSETS
+        for outcome, of in _STATE_OF.items():
+            if of == state:
+                return outcome
+        raise ValueError(f"{state.value} has no matrix outcome")
+
+
+_STATE_OF = {
+    Outcome.EXACT: State.APPLICABLE,
+    Outcome.OFFSETS: State.APPLICABLE,
+    Outcome.THREE_WAY: State.APPLICABLE_3WAY,
+    Outcome.CONFLICT: State.CONFLICTING,
+    Outcome.ABSENT: State.ABSENT,
+    Outcome.UPSTREAM: State.UPSTREAM,
+}
+
+
+class Standing(Enum):
+    """Where a target stands as a whole (said of one a plain apply leaves alone)."""
+
+    APPLIED = "applied"  # all its patches applied
+    IN = "in"  # all in, not all applied
+    ABSENT = "absent"  # a patch needs a file that is not here
+    CONFLICTS = "conflicts"
+    HALF_APPLIED = "half-applied"
+    APPLIES = "applies"  # its patches would go in with `apply -t`
 
 
 @dataclass

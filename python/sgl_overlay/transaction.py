@@ -20,9 +20,10 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from sgl_overlay import gitutil
+from sgl_overlay import gitutil, wording
 from sgl_overlay.errors import Interrupted, OverlayError
 from sgl_overlay.scratch import pid_alive
 
@@ -76,14 +77,10 @@ def _tool_runs(pid: int) -> bool:
         return True
 
 
-def _who(info: dict) -> str:
-    return f"`sgl-overlay {info.get('command', '?')}` (pid {info.get('pid', '?')})"
-
-
 def _dead_run(repo: Path, journal: Path, info: dict) -> str:
     head = str(info.get("head", ""))[:12] or "unknown"
     return (
-        f"a killed {_who(info)} left {repo} mid-change (journal {journal}, HEAD before {head}); "
+        f"a killed {wording.who(info)} left {repo} mid-change (journal {journal}, HEAD before {head}); "
         f"roll it back with `{ABORT.format(repo=repo)}`"
     )
 
@@ -97,11 +94,9 @@ def leftover(repo: Path) -> str | None:
         pid = held.get("pid")
         if isinstance(pid, int) and _tool_runs(pid):
             since = time.strftime("%H:%M:%S", time.localtime(held.get("started", 0)))
-            return f"{repo} is being changed by {_who(held)} since {since} (lock {lock}); wait for it to finish"
+            return f"{repo} is being changed by {wording.who(held)} since {since} (lock {lock}); wait for it to finish"
         if info is None:
-            return (
-                f"stale lock {lock} of {_who(held)}, which no longer runs; remove it with `{ABORT.format(repo=repo)}`"
-            )
+            return f"stale lock {lock} of {wording.who(held)}, which no longer runs; remove it with `{ABORT.format(repo=repo)}`"
     if info is not None:
         return _dead_run(repo, journal, info)
     return None
@@ -260,7 +255,19 @@ def _foreign_commits(repo: Path, info: dict) -> list[str]:
     return [line for line in log.splitlines() if line.partition(" ")[2] not in allowed]
 
 
-def abort(repo: Path) -> str:
+@dataclass(frozen=True)
+class Aborted:
+    """What `apply --abort` did in `repo`: nothing (`run` None), removed the stale `lock` of `run`, or
+    rolled the killed `run` back to `head` (`done`: what it had done)."""
+
+    repo: Path
+    run: dict | None = None  # the lock's or the journal's record of that run
+    lock: Path | None = None
+    head: str = ""
+    done: tuple[str, ...] = ()
+
+
+def abort(repo: Path) -> Aborted:
     """Roll back what a killed run left in `repo` (its journal) and remove its lock."""
     gd = gitutil.git_dir(repo)
     lock, journal = gd / LOCK, gd / JOURNAL
@@ -269,15 +276,15 @@ def abort(repo: Path) -> str:
         raise OverlayError(leftover(repo) or f"{lock} is held")
     if info is None:
         if held is None:
-            return f"nothing to abort in {repo}: no sgl-overlay run left a lock or journal there"
+            return Aborted(repo)
         lock.unlink(missing_ok=True)
-        return f"removed the stale lock {lock} of {_who(held)}; nothing to roll back in {repo}"
+        return Aborted(repo, held, lock)
     if not isinstance(info.get("head"), str):
         raise OverlayError(f"unreadable journal {journal}; check `git log` in {repo}, then remove it and {lock}")
     foreign = _foreign_commits(repo, info)
     if foreign:
         raise OverlayError(
-            f"{repo} has commits the killed {_who(info)} did not make (first: {foreign[0][:60]}); to keep "
+            f"{repo} has commits the killed {wording.who(info)} did not make (first: {foreign[0][:60]}); to keep "
             f"them, `rm {journal} {lock}`; to drop them, `git reset --hard {info['head'][:12]}` there, then abort again"
         )
     index_lock = gd / "index.lock"  # the killed git's, when made after the run started
@@ -288,8 +295,7 @@ def abort(repo: Path) -> str:
         rollback(repo, info["head"])
         journal.unlink(missing_ok=True)
         lock.unlink(missing_ok=True)
-    done = f"; it had done {', '.join(info['done'])}" if info.get("done") else ""
-    return f"rolled back the killed {_who(info)} in {repo}: HEAD {info['head'][:12]} again, as before it ran{done}"
+    return Aborted(repo, info, lock, info["head"], tuple(info.get("done") or ()))
 
 
 def discard_leftovers(repo: Path) -> None:

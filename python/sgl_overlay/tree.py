@@ -86,14 +86,25 @@ def is_ready(dest: Path, target: Target) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class LaidOut:
+    """A target's tree at `dest`: there already (`files` None), or laid out now from `files` files."""
+
+    target: str
+    dest: Path
+    version: str
+    files: int | None = None
+    head: str = ""
+
+
 def lay_out(
     target: Target, dest: Path, wheel: Path | None, series: Series, force: bool = False, check_pins: bool = True
-) -> str:
+) -> LaidOut:
     """Create `dest` as a git tree of the pinned target (idempotent) from its `wheel`, or for a
-    patch-context target from its `series`. Returns a status line. `check_pins=False` (the
-    matrix, for versions other than the pin) skips the pre-image check."""
+    patch-context target from its `series`. `check_pins=False` (the matrix, for versions other
+    than the pin) skips the pre-image check."""
     if is_ready(dest, target) and not force:
-        return f"tree {target.name}: {dest} ready (upstream {target.version})"
+        return LaidOut(target.name, dest, target.version)
     if dest.exists():
         if not force and any(dest.iterdir()):
             raise OverlayError(f"{dest} exists but is not the {target.label} tree; remove it or pass --force")
@@ -125,4 +136,4 @@ def lay_out(
         if made_parent:
             shutil.rmtree(dest.parent, ignore_errors=True)
         raise
-    return f"tree {target.name}: {dest} laid out ({count} files, commit {gitutil.head(dest)[:12]})"
+    return LaidOut(target.name, dest, target.version, count, gitutil.head(dest))

@@ -66,10 +66,10 @@ def no_wheel_fits(target: Target, python: tuple[int, int]) -> str:
 
 def print_names(
     targets: list[Target], cache: Path, out_dir: Path, local_version: str, python: tuple[int, int] | None = None
-) -> list[str]:
-    """For scripts, one line per pinned wheel (with `python`, only the one pip picks for it): target,
+) -> list[list[str]]:
+    """For scripts, the fields of each pinned wheel (with `python`, only the one pip picks for it): target,
     Python tag, stock wheel, patched wheel, and the pip options that install it with its own tags."""
-    lines = []
+    rows = []
     for target in targets:
         if target.kind != Kind.WHEEL:
             continue
@@ -82,8 +82,8 @@ def print_names(
         for pin in pins:
             tag = "-".join(sorted({t.interpreter for t in parse_wheel_filename(pin.file)[3]}))
             patched = out_dir / patched_wheel_name(pin.file, local_version)
-            lines.append(" ".join([target.name, tag, str(cache / pin.file), str(patched), *pip_tag_args(pin.file)]))
-    return lines
+            rows.append([target.name, tag, str(cache / pin.file), str(patched), *pip_tag_args(pin.file)])
+    return rows
 
 
 def _shipped(series: Series) -> list[tuple[str, str, str | None]]:

@@ -23,8 +23,11 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from sgl_overlay import matrix, matrix_report
 from sgl_overlay.manifest import load_manifest
+from sgl_overlay.states import Outcome, State
 from synth import blob, cli, clone, git, make_upstream, make_wheel, snapshot, write
 
 BASE = "".join(f"V{i} = {i}\n" for i in range(1, 41))
@@ -261,3 +264,18 @@ def test_patch_tests_get_the_targets_stand_ins(tmp_path: Path) -> None:
     assert (with_stubs.result, with_stubs.reason) == ("pass", "1 passed")
     bare = matrix.run_patch_tests(Path(sys.executable), tree, ["test/test_x.py"])
     assert bare.result == "error" and "No module named 'native_stub'" in bare.reason
+
+
+def test_outcomes_are_the_states_in_the_matrix_words():
+    """The matrix's words are the JSON's (schema 2), each the word of one state; every state a
+    fresh tree can show has one."""
+    assert [o.value for o in Outcome] == ["exact", "offsets", "3-way", "conflict", "absent", "upstream"]
+    for state in State:
+        if state == State.APPLIED:
+            with pytest.raises(ValueError):
+                Outcome.of(state)
+            continue
+        for at_pin in (True, False):
+            assert Outcome.of(state, at_pin).state == state
+    assert Outcome.of(State.APPLICABLE, at_pin=False) == Outcome.OFFSETS
+    assert list(matrix.LEGEND) == list(Outcome)

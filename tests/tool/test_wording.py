@@ -1,0 +1,214 @@
+"""Every line apply / check / status / revert print, made from their reports alone (no git, no checkout)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from sgl_overlay import wording
+from sgl_overlay.operations import (
+    AlreadyIn,
+    ApplyReport,
+    BlobDiffers,
+    CheckReport,
+    OptionalNote,
+    PreimageDiffers,
+    RevertReport,
+    StatusReport,
+    TargetStatus,
+    Uncommitted,
+)
+from sgl_overlay.states import PatchStatus, Standing, State
+from sgl_overlay.tree import PreimageMismatch
+
+CO = Path("/co")
+P1, P2 = SimpleNamespace(label="sglang/0001-a.patch"), SimpleNamespace(label="sglang/0002-b.patch")
+DIFFERS = PreimageDiffers("sglang", PreimageMismatch("python/sglang/a.py", "aaaa", "bbbb"))
+SHA = "0123456789abcdef0123"
+
+
+def test_status_lines():
+    report = StatusReport(
+        CO,
+        busy="/co is being changed by apply (pid 7) since 10:00:00",
+        uncommitted=Uncommitted(3, 1, "python/sglang/a.py"),
+        targets=[
+            TargetStatus(
+                "sglang", None, [PatchStatus(P1, State.APPLIED, commit=SHA), PatchStatus(P2, State.CONFLICTING, "x:1")]
+            ),
+            TargetStatus("sgl-kernel", "a fork's copy", [PatchStatus(P1, State.APPLICABLE)]),
+        ],
+        warnings=[DIFFERS],
+    )
+    assert wording.status_lines(report) == [
+        "note: /co is being changed by apply (pid 7) since 10:00:00",
+        "note: 3 file(s) have uncommitted changes (1 touched by the patches; first: python/sglang/a.py): the states "
+        "below read the working files, not HEAD; apply and revert refuse until they are committed or stashed",
+        "sglang in /co:",
+        "  applied              sglang/0001-a.patch  (0123456789ab)",
+        "  conflicting          sglang/0002-b.patch  (x:1)",
+        "sgl-kernel in /co (optional here: a fork's copy; only `-t sgl-kernel` applies it):",
+        "  applicable           sglang/0001-a.patch",
+        "warning: sglang: pre-image differs: python/sglang/a.py: expected blob aaaa, found bbbb",
+    ]
+    assert not report.ok  # a required patch conflicts; the optional target's state does not count
+    assert StatusReport(CO, None, None, [TargetStatus("k", "why", [PatchStatus(P1, State.ABSENT)])], []).ok
+
+
+@pytest.mark.parametrize(
+    ("applied", "upstream", "line"),
+    [
+        (2, 0, "already applied: 2 patch(es) in /co; nothing to do"),
+        (
+            0,
+            2,
+            "already upstream: 2 patch(es) in /co (the files hold their change, not from overlay commits); "
+            "nothing to do",
+        ),
+        (1, 1, "already applied: 1 patch(es), already upstream: 1, in /co; nothing to do"),
+    ],
+)
+def test_already_in(applied, upstream, line):
+    assert wording.already_in(AlreadyIn(CO, applied, upstream)) == line
+
+
+def _note(standing: Standing, **kw) -> OptionalNote:
+    return OptionalNote(CO, "sgl-kernel", "a fork's copy", standing, [PatchStatus(P1, State.UPSTREAM)], **kw)
+
+
+def test_every_standing_has_its_own_line():
+    bad = PatchStatus(P1, State.ABSENT, "sgl-kernel/csrc/x.cu")
+    lines = {
+        s: wording.optional_note(_note(s, bad=bad, differs=BlobDiffers("k/x.cu", SHA, "f" * 40))) for s in Standing
+    }
+    assert lines == {
+        Standing.APPLIED: "sgl-kernel: applied here too (a fork's copy)",
+        Standing.IN: "sgl-kernel: already in here (a fork's copy; already upstream)",
+        Standing.ABSENT: "sgl-kernel: not applied (a fork's copy); sglang/0001-a.patch needs sgl-kernel/csrc/x.cu, "
+        "which is not here",
+        Standing.CONFLICTS: "sgl-kernel: not applied (a fork's copy); its patch conflicts here: k/x.cu is blob "
+        "0123456789ab, the patch is written for ffffffffffff; it needs a variant for this file (`sgl-overlay "
+        "status` names the hunk)",
+        Standing.HALF_APPLIED: "sgl-kernel: half-applied here (a fork's copy); run `sgl-overlay revert -t "
+        "sgl-kernel --checkout /co`",
+        Standing.APPLIES: "sgl-kernel: not applied (a fork's copy); its patch applies here: add it with "
+        "`sgl-overlay apply -t sgl-kernel --checkout /co`",
+    }
+    assert wording.optional_note(_note(Standing.CONFLICTS)).endswith(
+        "its patch conflicts here: it needs a variant for this tree (`sgl-overlay status` names the hunk)"
+    )
+    assert "its patch applies with a 3-way merge here" in wording.optional_note(_note(Standing.APPLIES, three_way=True))
+
+
+def test_check_lines():
+    note = _note(Standing.APPLIED)
+    assert wording.check_lines(CheckReport(CO, refused="sglang/0001-a.patch conflicts")) == [
+        "would fail: sglang/0001-a.patch conflicts"
+    ]
+    assert not CheckReport(CO, refused="x").ok
+    assert wording.check_lines(CheckReport(CO, warnings=[DIFFERS], pending=2, notes=[note])) == [
+        "warning: sglang: pre-image differs: python/sglang/a.py: expected blob aaaa, found bbbb",
+        "ok: 2 patch(es) would apply to /co",
+        "sgl-kernel: applied here too (a fork's copy)",
+    ]
+    assert wording.check_lines(CheckReport(CO, already=AlreadyIn(CO, 1, 0))) == [
+        "ok: already applied: 1 patch(es) in /co; nothing to do"
+    ]
+    assert wording.strict_refusal(DIFFERS) == (
+        "sglang: pre-image differs: python/sglang/a.py: expected blob aaaa, found bbbb (--strict); use the pinned "
+        "upstream version or drop --strict"
+    )
+
+
+def test_apply_lines():
+    done = ApplyReport(CO, [DIFFERS], [], count=2, before=SHA, after="f" * 40, upstream=1)
+    assert wording.apply_lines(done) == [
+        "warning: sglang: pre-image differs: python/sglang/a.py: expected blob aaaa, found bbbb (continuing; "
+        "--strict refuses)",
+        "applied 2 patch(es) to /co: 0123456789ab -> ffffffffffff (1 already upstream, skipped)",
+    ]
+    nothing = ApplyReport(CO, [], [_note(Standing.IN)], already=AlreadyIn(CO, 0, 1))
+    assert wording.apply_lines(nothing) == [
+        "already upstream: 1 patch(es) in /co (the files hold their change, not from overlay commits); nothing to do",
+        "sgl-kernel: already in here (a fork's copy; already upstream)",
+    ]
+
+
+def test_revert_lines():
+    assert wording.revert_lines(RevertReport(CO, 2, "reset", SHA, "f" * 40)) == [
+        "reverted 2 overlay commit(s) in /co (reset): 0123456789ab -> ffffffffffff"
+    ]
+    states = {"sglang": [State.APPLICABLE, State.UPSTREAM], "sglang-kt": [State.ABSENT]}
+    assert wording.revert_lines(RevertReport(CO, states=states)) == [
+        "nothing to revert: no overlay patch is applied in /co (sglang: applicable, already upstream; "
+        "sglang-kt: target file absent)"
+    ]
+
+
+def test_doctor_lines():
+    from sgl_overlay.doctor import DoctorReport, Finding
+
+    findings = [
+        Finding("sglang", "fix a", False, "pip install x"),
+        Finding("sglang", "fix b", False, "pip install x"),
+        Finding("sglang", "fix c", True, "unused"),
+    ]
+    report = DoctorReport("/env/bin/python", [("sglang", "0.5.23", "/env/site"), ("sgl-kernel", "0.3", None)], findings)
+    assert wording.doctor_lines(report) == [
+        "environment: /env/bin/python",
+        "sglang 0.5.23 at /env/site",
+        "sgl-kernel 0.3",
+        "  [MISSING] sglang: fix a",
+        "      fix: pip install x",
+        "  [MISSING] sglang: fix b",
+        "      fix: the one above",
+        "  [ok] sglang: fix c",
+    ]
+    assert not report.ok
+    alone = DoctorReport("/p", [], [Finding("sglang", "fix c", True, "")], ("sgl-kernel", "sgl-kernel-ext"))
+    assert alone.ok
+    assert wording.doctor_lines(alone)[1] == (
+        "no sgl-kernel or sgl-kernel-ext installed here: the kernel fix is not checked"
+    )
+    empty = DoctorReport("/p", [], [], ("sgl-kernel",))
+    assert not empty.ok
+    assert wording.doctor_lines(empty) == [
+        "environment: /p",
+        "no sglang, sglang-kt or sgl-kernel installed here; pass --python of the serving env",
+    ]
+
+
+def test_tree_export_and_pins_lines():
+    from sgl_overlay.tree import LaidOut
+
+    assert wording.laid_out(LaidOut("sglang", Path("/t/sglang"), "0.5.23")) == (
+        "tree sglang: /t/sglang ready (upstream 0.5.23)"
+    )
+    assert wording.laid_out(LaidOut("sglang", Path("/t/sglang"), "0.5.23", 12, SHA)) == (
+        "tree sglang: /t/sglang laid out (12 files, commit 0123456789ab)"
+    )
+    assert wording.export_lines([(Path("/p/0001-a.patch"), True), (Path("/p/0002-b.patch"), False)]) == [
+        "wrote /p/0001-a.patch",
+        "unchanged /p/0002-b.patch",
+    ]
+    manifest = Path("/p/manifest.toml")
+    assert wording.pins_lines(manifest, [("sglang", 3)]) == ["pins sglang: 3 pre-image(s) written to /p/manifest.toml"]
+    assert wording.pins_lines(manifest, []) == ["pins: /p/manifest.toml already matches the series"]
+
+
+def test_abort_lines():
+    from sgl_overlay.transaction import Aborted
+
+    run = {"command": "apply", "pid": 41}
+    assert wording.aborted(Aborted(CO)) == "nothing to abort in /co: no sgl-overlay run left a lock or journal there"
+    assert wording.aborted(Aborted(CO, run, Path("/co/.git/sgl-overlay.lock"))) == (
+        "removed the stale lock /co/.git/sgl-overlay.lock of `sgl-overlay apply` (pid 41); nothing to roll back in /co"
+    )
+    rolled = Aborted(CO, run, None, SHA, ("sglang/0001-a.patch",))
+    assert wording.aborted(rolled) == (
+        "rolled back the killed `sgl-overlay apply` (pid 41) in /co: HEAD 0123456789ab again, as before it ran; "
+        "it had done sglang/0001-a.patch"
+    )
+    assert wording.who({}) == "`sgl-overlay ?` (pid ?)"
