@@ -53,11 +53,13 @@ def main() -> None:
     from sglang.srt.layers.moe.moe_runner import deep_gemm
 
     out = {"module": deep_gemm.__file__}
+    sys.modules["sgl_kernel_ext"] = None  # not installed: its import fails
     result = deep_gemm.copy_list_to_gpu_no_ce(list(counts))
     out["without_ext"] = {"kernel": kernel_calls[:], "ext": [], "returned": str(type(result).__name__)}
 
     ext_calls: list = []
     kernel_calls.clear()
+    del sys.modules["sgl_kernel_ext"]
     sys.modules["sgl_kernel_ext._C"] = _ext_extension_stand_in(ext_calls)
     sys.path.insert(0, str(EXT_PYTHON))
     import sgl_kernel_ext
