@@ -10,6 +10,20 @@ PIP_FLAGS=(--disable-pip-version-check --no-input --progress-bar off)
 
 stamp_of() { cat "$@" 2>/dev/null | sha256sum | cut -d' ' -f1; }
 
+# A test venv (torch and its CUDA wheels) takes 5.5-6.5 GB, and pip runs out of space with
+# messages that blame the network: refuse early, naming the folder and the space.
+VENV_MIN_FREE_GB=${VENV_MIN_FREE_GB:-8}
+check_free_space() {  # dir
+  [[ $1 == .venv ]] && return
+  local parent free
+  parent=$(dirname "$1"); mkdir -p "$parent"
+  free=$(df --output=avail -BG "$parent" | tail -1 | tr -dc 0-9)
+  if (( free < VENV_MIN_FREE_GB )); then
+    echo "setup_venvs: $1 needs about $VENV_MIN_FREE_GB GB free on the disk of $parent, which has $free GB; free some space (make clean, old clones in /tmp) and run make again" >&2
+    exit 1
+  fi
+}
+
 ensure_venv() {  # dir, stamp, install-command...
   local dir=$1 stamp=$2; shift 2
   if [[ -f $dir/.stamp && $(cat "$dir/.stamp") == "$stamp" ]]; then
@@ -18,6 +32,7 @@ ensure_venv() {  # dir, stamp, install-command...
   echo "venv $dir: building"
   local t0=$SECONDS
   rm -rf "$dir"
+  check_free_space "$dir"
   "${VENV_PYTHON:-$PYTHON}" -m venv "$dir"
   "$dir/bin/python" -m pip install -q "${PIP_FLAGS[@]}" --upgrade pip
   "$@"

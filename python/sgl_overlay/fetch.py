@@ -40,11 +40,30 @@ def download(requirement: str, tags_like: str, cache: Path) -> Path:
         proc = subproc.run([*pip, "-d", tmp, *pip_tag_args(tags_like), requirement], "pip download", check=False)
         got = list(Path(tmp).glob("*.whl"))
         if proc.returncode != 0 or len(got) != 1:
+            full = short_of_space([Path(tempfile.gettempdir()), cache])
+            if full:
+                raise OverlayError(
+                    f"pip could not download {requirement}: {full}, and pip reports a full disk as a "
+                    "connectivity problem; free some space and run again"
+                )
             raise OverlayError(
                 f"pip could not download {requirement}: {subproc.failure_reason(proc)}; "
                 "check the network, or put the wheel into the cache folder by hand"
             )
         return Path(shutil.move(got[0], cache / got[0].name))
+
+
+# The largest pinned wheel is under 100 MB; pip also unpacks into its temporary folder.
+MIN_FREE_BYTES = 512 * 1024 * 1024
+
+
+def short_of_space(folders: list[Path]) -> str | None:
+    """'only N MB free in <folder>' for the first folder whose disk has less than MIN_FREE_BYTES."""
+    for folder in folders:
+        free = shutil.disk_usage(folder).free
+        if free < MIN_FREE_BYTES:
+            return f"only {free // (1024 * 1024)} MB free in {folder}"
+    return None
 
 
 def fetch_wheel(target: Target, cache: Path, offline: bool = False, pin: PinnedWheel | None = None) -> Path:

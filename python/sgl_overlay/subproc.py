@@ -77,15 +77,18 @@ _PREEXEC = _die_with_parent()
 
 
 def failure_reason(proc: subprocess.CompletedProcess) -> str:
-    """The line that says why a command failed: the last stderr line that is not a `hint:`,
-    else the last stdout line, else the exit status."""
+    """The line that says why a command failed: the last error line of stderr (pip's `ERROR:`, or
+    the `× ` message of its diagnostics, which it follows with context and `note:` guesses), else
+    the last stderr line that is not a `hint:` or `note:`, else the last stdout line, else the exit
+    status."""
 
     def lines(stream: str | bytes | None) -> list[str]:
         text = stream.decode(errors="replace") if isinstance(stream, bytes) else stream or ""
         return [line.strip() for line in text.splitlines() if line.strip()]
 
-    err = [line for line in lines(proc.stderr) if not line.startswith("hint:")]
-    return (err or lines(proc.stdout) or [f"exit {proc.returncode}"])[-1]
+    err = [line for line in lines(proc.stderr) if not line.startswith(("hint:", "note:"))]
+    errors = [line.removeprefix("× ") for line in err if line.startswith(("ERROR:", "× "))]
+    return (errors or err or lines(proc.stdout) or [f"exit {proc.returncode}"])[-1]
 
 
 def run(

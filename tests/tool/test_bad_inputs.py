@@ -272,3 +272,47 @@ def test_scratch_index_that_cannot_be_read_leaves_nothing(tmp_path: Path, monkey
     with pytest.raises(OverlayError, match=r"git read-tree deadbeef in .* failed: fatal: Not a valid object name"):
         ScratchIndex(co, "deadbeef")
     assert not list(temp.iterdir())
+
+
+# What pip 26.3 prints when its temporary folder fills up mid-download (captured with TMPDIR on
+# a 4 MB tmpfs): it blames the network.
+PIP_FULL_TMPDIR_STDERR = """\
+  WARNING: Connection interrupted while downloading.
+error: incomplete-download
+
+× Download failed after 6 attempts because not enough bytes were received (2.1 MB/39.1 MB)
+╰─> URL: https://files.pythonhosted.org/packages/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl
+
+note: This is an issue with network connectivity, not pip.
+hint: Use --resume-retries to configure resume attempt limit.
+"""
+
+
+@pytest.mark.parametrize("free_mb", [100, 4096])
+def test_download_failure_names_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, free_mb: int) -> None:
+    from sgl_overlay import fetch, subproc
+
+    failed = subprocess.CompletedProcess(["pip"], 1, stdout="", stderr=PIP_FULL_TMPDIR_STDERR)
+    monkeypatch.setattr(subproc, "run", lambda *args, **kwargs: failed)
+    real_usage = fetch.shutil.disk_usage
+    tmp = Path(tempfile.gettempdir())
+
+    def usage(path):
+        got = real_usage(path)
+        return got._replace(free=free_mb * 1024 * 1024) if Path(path) == tmp else got
+
+    monkeypatch.setattr(fetch.shutil, "disk_usage", usage)
+    with pytest.raises(OverlayError) as err:
+        fetch.download("sglang==0.5.23", "sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl", tmp_path)
+    if free_mb < 512:
+        assert str(err.value) == (
+            f"pip could not download sglang==0.5.23: only {free_mb} MB free in {tmp}, and pip reports a full "
+            "disk as a connectivity problem; free some space and run again"
+        )
+    else:
+        # enough space: pip's own error line, not its guess about the network
+        assert str(err.value) == (
+            "pip could not download sglang==0.5.23: Download failed after 6 attempts because not enough bytes "
+            "were received (2.1 MB/39.1 MB); "
+            "check the network, or put the wheel into the cache folder by hand"
+        )
