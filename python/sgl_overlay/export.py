@@ -11,14 +11,13 @@ from sgl_overlay.series import BUG, FORWARDED, FULL_CONTEXT, NOT_YET, mail_parts
 from sgl_overlay.tree import BASE_TAG, base_commit, is_ready
 
 
-def _as_laid_out(tree: Path, identity: str) -> None:
-    """Rebuild the commits on `upstream` as `apply` makes them in a laid-out tree (author `identity`,
-    or each commit's own when it is "", author date and message kept, the tool's committer, dated as
-    authored), so that the exported series lays out again to the same commits. Only HEAD moves: each
-    tree is the same, so the index and the working files still match it."""
+def _as_laid_out(tree: Path, identity: str) -> str:
+    """The commits on `upstream` rebuilt as `apply` makes them in a laid-out tree (author `identity`, or each
+    commit's own when it is "", author date and message kept, the tool's committer, dated as authored), so
+    that the exported series lays out again to the same commits: the new tip (HEAD when nothing differs).
+    Only objects are written; the caller moves HEAD."""
     name, _, email = identity.partition(" <")
     committer = {k: v for k, v in gitutil.TOOL_IDENTITY.items() if k in ("GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")}
-    old = gitutil.head(tree)
     parent = gitutil.out(tree, "rev-parse", f"{BASE_TAG}^{{commit}}")
     for commit in gitutil.out(tree, "rev-list", "--reverse", f"{BASE_TAG}..HEAD").split():
         fields = gitutil.out(tree, "log", "-1", "--format=%an%x00%ae%x00%ad", "--date=raw", commit).split("\0")
@@ -32,8 +31,7 @@ def _as_laid_out(tree: Path, identity: str) -> None:
         }
         message = raw.split(b"\n\n", 1)[1]
         parent = gitutil.out_bytes(tree, "commit-tree", f"{commit}^{{tree}}", "-p", parent, env=env, input=message)
-    if parent != old:
-        gitutil.git(tree, "update-ref", "-m", "sgl-overlay export", "HEAD", parent, old)
+    return parent
 
 
 def export_series(target: Target, tree: Path, identity: str = "") -> list[tuple[Path, bool]]:
@@ -44,11 +42,11 @@ def export_series(target: Target, tree: Path, identity: str = "") -> list[tuple[
     if not is_ready(tree, target):
         raise OverlayError(f"no tree for {target.name} at {tree}; run `sgl-overlay fetch` and `apply` first")
     with scratch.folder("export") as tmp:
-        _as_laid_out(tree, identity)
+        head, tip = gitutil.head(tree), _as_laid_out(tree, identity)
         args = ["format-patch", "-q", "--full-index", "--no-signature", "-o", tmp]
         if target.full_context:
             args.append(FULL_CONTEXT)
-        gitutil.git(tree, *args, f"{BASE_TAG}..HEAD")
+        gitutil.git(tree, *args, f"{BASE_TAG}..{tip}")
         made = sorted(Path(tmp).glob("*.patch"))
         names = [p.name for p in made]
         if names != list(target.patches):
@@ -67,6 +65,8 @@ def export_series(target: Target, tree: Path, identity: str = "") -> list[tuple[
                     f"`{BUG}: <issue URL>` and `{FORWARDED}: <pull request URL>` (`{NOT_YET}` where there is none: "
                     f"`git rebase -i {BASE_TAG}`, reword), then export again"
                 )
+        if tip != head:  # same trees: the index and the working files still match HEAD
+            gitutil.git(tree, "update-ref", "-m", "sgl-overlay export", "HEAD", tip, head)
         target.patch_dir.mkdir(parents=True, exist_ok=True)
         written = []
         for p, data in zip(made, datas):

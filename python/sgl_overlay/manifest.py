@@ -90,6 +90,11 @@ class Target:
         """The wheel `fetch` lays the tree out from (the others carry the same pure-Python files)."""
         return self.wheels[0].file if self.wheels else ""
 
+    def lays_out(self, path: str) -> bool:
+        """Whether the pinned tree can hold `path`: a wheel only its packages (no tests), a patch-context
+        target every file its patches name."""
+        return self.kind != Kind.WHEEL or any(path.startswith(dest.rstrip("/") + "/") for dest in self.layout.values())
+
     def patch_paths(self) -> list[Path]:
         return [self.patch_dir / p for p in self.patches]
 

@@ -50,6 +50,12 @@ class Patch:
     def label(self) -> str:
         return f"{self.path.parent.name}/{self.path.name}"
 
+    @property
+    def forwarded(self) -> str:
+        """Where the patch was sent upstream (its `Forwarded:` URL); "" while it was not."""
+        sent = self.trailer(FORWARDED)
+        return "" if sent == NOT_YET else sent
+
     def trailer(self, key: str) -> str:
         """The value of the message's last `key:` trailer ("" when there is none)."""
         return next((v for k, v in reversed(self.trailers) if k.lower() == key.lower()), "")
@@ -79,7 +85,7 @@ def mail_parts(text: str) -> tuple[str, tuple[tuple[str, str], ...], str]:
     message = rest.split("\n---\n", 1)[0].rstrip("\n")
     last = message.rsplit("\n\n", 1)[-1].splitlines()
     matches = [_TRAILER.match(line) for line in last]
-    trailers = tuple(m.groups() for m in matches if m) if all(matches) and "\n\n" in message else ()
+    trailers = tuple(m.groups() for m in matches if m) if all(matches) else ()
     bases = _BASE.findall(text)
     return " ".join(author.split()), trailers, bases[-1] if bases else ""
 
@@ -167,7 +173,7 @@ def no_op_line(patch: Patch, where: str) -> str:
     """The refusal of a patch that changes nothing on `where` (a pinned tree)."""
     name = patch.path.parent.name
     return (
-        f"{patch.label} changes nothing on {where}: every file it touches already holds its post-image; "
+        f"{patch.label} changes nothing on {where}: every file of it there already holds its post-image; "
         f"record where upstream has it under [targets.{name}.applied_upstream] in patches/manifest.toml "
         "and drop it from the series"
     )
@@ -224,12 +230,14 @@ class Series:
 
     def no_ops(self, blob_of: Callable[[str], str | None]) -> list[Patch]:
         """The patches that change nothing on a base whose files are `blob_of(path)` (None: absent): every
-        file each one touches already holds its post-image there, after the patches before it."""
+        file each one touches that the pinned tree can hold (Target.lays_out: a wheel has no tests) already
+        holds its post-image there, after the patches before it."""
         now: dict[str, str | None] = {}
         found = []
         for patch in self.patches:
-            before = [now[c.path] if c.path in now else blob_of(c.path) for c in patch.changes]
-            if all(_same(b, c.new_blob) for b, c in zip(before, patch.changes)):
+            held = [c for c in patch.changes if self.target.lays_out(c.path)]
+            before = [now[c.path] if c.path in now else blob_of(c.path) for c in held]
+            if held and all(_same(b, c.new_blob) for b, c in zip(before, held)):
                 found.append(patch)
             now.update((c.path, c.new_blob) for c in patch.changes)
         return found
