@@ -1,4 +1,5 @@
-"""Reading the overlay's `git format-patch` files: subject, touched files, blob ids, pre-images."""
+"""Reading the overlay's `git format-patch` files: subject, author, trailers, base-commit, touched files,
+blob ids, pre-images."""
 
 from __future__ import annotations
 
