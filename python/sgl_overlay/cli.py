@@ -139,7 +139,7 @@ def cmd_verify(args: argparse.Namespace, ctx: Context) -> int:
 def cmd_export(args: argparse.Namespace, ctx: Context) -> int:
     """(maintainers) Write the commits on `upstream` in build/trees/<target> back to patches/<target>/."""
     for target in ctx.manifest.select(args.target):
-        for line in wording.export_lines(export.export_series(target, ctx.trees / target.name)):
+        for line in wording.export_lines(export.export_series(target, ctx.trees / target.name, ctx.manifest.identity)):
             print(line)
     written = pins.rewrite(
         load_manifest(ctx.manifest.path.parent), ctx.manifest.select(args.target) if args.target else None

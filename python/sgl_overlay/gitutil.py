@@ -43,6 +43,11 @@ def out(repo: Path, *args: str) -> str:
     return git(repo, *args).stdout.strip()
 
 
+def out_bytes(repo: Path, *args: str, env: dict[str, str] | None = None, input: bytes | None = None) -> str:
+    """`out` for a command fed bytes on stdin (a commit message, kept byte for byte)."""
+    return git(repo, *args, env=env, input=input).stdout.decode().strip()
+
+
 def toplevel(path: Path) -> Path:
     if not path.exists():
         raise OverlayError(f"{path} does not exist; pass the root of a git checkout")

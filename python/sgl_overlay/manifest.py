@@ -4,6 +4,7 @@ wheels, patch series, `[matrix]` ranges and per-version variants, as typed value
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
@@ -81,11 +82,18 @@ class Target:
     marker: str = ""  # a file whose presence says a checkout holds this target
     full_context: bool = False
     matrix: MatrixSpec = MatrixSpec(versions=())
+    # `[targets.<t>.applied_upstream]`: patch -> the upstream version, commit or URL that has it.
+    applied_upstream: dict[str, str] = field(default_factory=dict)
 
     @property
     def wheel(self) -> str:
         """The wheel `fetch` lays the tree out from (the others carry the same pure-Python files)."""
         return self.wheels[0].file if self.wheels else ""
+
+    def lays_out(self, path: str) -> bool:
+        """Whether the pinned tree can hold `path`: a wheel only its packages (no tests), a patch-context
+        target every file its patches name."""
+        return self.kind != Kind.WHEEL or any(path.startswith(dest.rstrip("/") + "/") for dest in self.layout.values())
 
     def patch_paths(self) -> list[Path]:
         return [self.patch_dir / p for p in self.patches]
@@ -110,6 +118,7 @@ class Manifest:
     path: Path
     targets: dict[str, Target]
     local_version: str = "overlay.1"  # PEP 440 local label of patched wheels
+    identity: str = ""  # "Name <email>": the author `export` writes on every patch ("" keeps each commit's)
 
     def get(self, name: str) -> Target:
         if name not in self.targets:
@@ -191,6 +200,13 @@ def _target(path: Path, patches_dir: Path, name: str, raw: dict) -> Target:
     twice = [p for p, n in Counter(patches).items() if n > 1]
     if twice:
         raise OverlayError(f"{where} lists patch {twice[0]} twice; a series applies each patch once")
+    applied = {str(k): str(v) for k, v in raw.get("applied_upstream", {}).items()}
+    stray = [p for p in applied if p not in patches]
+    if stray:
+        raise OverlayError(
+            f"{where}: applied_upstream names {stray[0]}, which is not in its patches list; "
+            "name a patch of the series (a dropped patch needs no entry)"
+        )
     return Target(
         name=name,
         kind=kind,
@@ -207,6 +223,7 @@ def _target(path: Path, patches_dir: Path, name: str, raw: dict) -> Target:
         marker=raw.get("marker", ""),
         full_context=raw.get("context", "") == "full",
         matrix=_matrix_spec(where, raw, kind, patches),
+        applied_upstream=applied,
     )
 
 
@@ -238,4 +255,7 @@ def load_manifest(patches_dir: Path | None = None) -> Manifest:
             targets[name] = _target(path, patches_dir, name, raw)
         except KeyError as exc:
             raise OverlayError(f"{path}: target {name!r} lacks key {exc}; see docs/DESIGN.md") from None
-    return Manifest(path=path, targets=targets, local_version=data.get("local_version", "overlay.1"))
+    identity = data.get("identity", "")
+    if identity and not re.fullmatch(r"[^<>]+ <[^<>@\s]+@[^<>@\s]+>", identity):
+        raise OverlayError(f"{path}: identity {identity!r} is not `Name <email>`; write it as git shows an author")
+    return Manifest(path, targets, data.get("local_version", "overlay.1"), identity)

@@ -1,10 +1,13 @@
-"""Reading the overlay's `git format-patch` files: subject, touched files, blob ids, pre-images."""
+"""Reading the overlay's `git format-patch` files: subject, author, trailers, base-commit, touched files,
+blob ids, pre-images."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from email.header import decode_header, make_header
+from email.parser import HeaderParser
 from pathlib import Path
 
 import unidiff
@@ -18,6 +21,12 @@ from sgl_overlay.manifest import Target
 # patch carries its own pre-image (and `git patch-id` sees the same hunks on both sides).
 FULL_CONTEXT = "-U100000"
 _INDEX = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)")
+# What `git format-patch --base` writes after the diff: the commit the series applies to.
+_BASE = re.compile(r"^base-commit: ([0-9a-f]{40})$", re.M)
+_TRAILER = re.compile(r"^([A-Za-z0-9-]+): (.+)$")
+# The forwarding trailers every patch carries (DEP-3's names): a URL, or NOT_YET.
+BUG, FORWARDED = "Bug", "Forwarded"
+NOT_YET = "not-yet"
 
 
 @dataclass(frozen=True)
@@ -33,10 +42,24 @@ class Patch:
     subject: str
     changes: tuple[FileChange, ...]
     patchset: unidiff.PatchSet
+    author: str = ""  # the mail's From:, "Name <email>"
+    trailers: tuple[tuple[str, str], ...] = ()  # the message's closing "Key: value" lines
+    base_commit: str = ""  # its `base-commit:` line, if any
+    applied_upstream: str = ""  # where upstream has it (the manifest's `applied_upstream`); "" while it does not
 
     @property
     def label(self) -> str:
         return f"{self.path.parent.name}/{self.path.name}"
+
+    @property
+    def forwarded(self) -> str:
+        """Where the patch was sent upstream (its `Forwarded:` URL); "" while it was not."""
+        sent = self.trailer(FORWARDED)
+        return "" if sent == NOT_YET else sent
+
+    def trailer(self, key: str) -> str:
+        """The value of the message's last `key:` trailer ("" when there is none)."""
+        return next((v for k, v in reversed(self.trailers) if k.lower() == key.lower()), "")
 
     def touched(self) -> list[str]:
         return [c.path for c in self.changes]
@@ -55,6 +78,19 @@ def _subject(raw: bytes) -> str:
     return next((line.removeprefix("Subject: ").strip() for line in lines if line.startswith("Subject: ")), "")
 
 
+def mail_parts(text: str) -> tuple[str, tuple[tuple[str, str], ...], str]:
+    """The mail's author, the trailers of its commit message and its `base-commit:` (or "")."""
+    head, _, rest = text.partition("\n\n")
+    sender = HeaderParser().parsestr(head + "\n").get("From", "")
+    author = str(make_header(decode_header(sender))) if sender else ""
+    message = rest.split("\n---\n", 1)[0].rstrip("\n")
+    last = message.rsplit("\n\n", 1)[-1].splitlines()
+    matches = [_TRAILER.match(line) for line in last]
+    trailers = tuple(m.groups() for m in matches if m) if all(matches) else ()
+    bases = _BASE.findall(text)
+    return " ".join(author.split()), trailers, bases[-1] if bases else ""
+
+
 def _blob_or_none(blob: str) -> str | None:
     """An `index` line's blob id; None for the all-zero id of a file the patch adds or deletes."""
     return blob if blob.strip("0") else None
@@ -64,7 +100,7 @@ def _corrupt(path: Path, why: object) -> OverlayError:
     return OverlayError(f"corrupt patch file {path} ({why}); restore it with `git checkout -- {path}`")
 
 
-def read_patch(path: Path) -> Patch:
+def read_patch(path: Path, applied_upstream: str = "") -> Patch:
     """Parse one patch file; a missing or unreadable one is a one-line error."""
     try:
         raw = path.read_bytes()
@@ -93,7 +129,8 @@ def read_patch(path: Path) -> Patch:
             raise OverlayError(f"corrupt patch file {path}: {pf.path} has no `index` line")
         old, new = blobs[-1]
         changes.append(FileChange(pf.path, _blob_or_none(old), _blob_or_none(new)))
-    return Patch(path=path, subject=subject, changes=tuple(changes), patchset=patchset)
+    author, trailers, base = mail_parts(raw.decode("utf-8"))
+    return Patch(path, subject, tuple(changes), patchset, author, trailers, base, applied_upstream)
 
 
 def preimage_from_full_context(patch: Patch, file_path: str) -> bytes:
@@ -128,6 +165,21 @@ def same_blob(a: str | None, b: str | None) -> bool:
     return bool(a and b and (a.startswith(b) or b.startswith(a)))
 
 
+def _same(a: str | None, b: str | None) -> bool:
+    """`same_blob`, where two absent files (None) are the same too."""
+    return a is b is None or same_blob(a, b)
+
+
+def no_op_line(patch: Patch, where: str) -> str:
+    """The refusal of a patch that changes nothing on `where` (a pinned tree)."""
+    name = patch.path.parent.name
+    return (
+        f"{patch.label} changes nothing on {where}: every file of it there already holds its post-image; "
+        f"record where upstream has it under [targets.{name}.applied_upstream] in patches/manifest.toml "
+        "and drop it from the series"
+    )
+
+
 @dataclass(frozen=True)
 class Series:
     """A target's patches, parsed once and passed to whatever needs them."""
@@ -137,7 +189,8 @@ class Series:
 
     @classmethod
     def read(cls, target: Target) -> Series:
-        return cls(target, tuple(read_patch(p) for p in target.patch_paths()))
+        applied = target.applied_upstream
+        return cls(target, tuple(read_patch(p, applied.get(p.name, "")) for p in target.patch_paths()))
 
     def preimages(self) -> dict[str, str]:
         """Each pre-existing file the series modifies or deletes -> its blob before the series: the `index`
@@ -175,6 +228,20 @@ class Series:
     def final_blobs(self) -> dict[str, str | None]:
         """Each touched file's blob id after the whole series (None: deleted)."""
         return {c.path: c.new_blob for patch in self.patches for c in patch.changes}
+
+    def no_ops(self, blob_of: Callable[[str], str | None]) -> list[Patch]:
+        """The patches that change nothing on a base whose files are `blob_of(path)` (None: absent): every
+        file each one touches that the pinned tree can hold (Target.lays_out: a wheel has no tests) already
+        holds its post-image there, after the patches before it."""
+        now: dict[str, str | None] = {}
+        found = []
+        for patch in self.patches:
+            held = [c for c in patch.changes if self.target.lays_out(c.path)]
+            before = [now[c.path] if c.path in now else blob_of(c.path) for c in held]
+            if held and all(_same(b, c.new_blob) for b, c in zip(before, held)):
+                found.append(patch)
+            now.update((c.path, c.new_blob) for c in patch.changes)
+        return found
 
     def source_of(self, path: str) -> Patch:
         """The first patch touching a pinned file: a full-context one carries its pre-image."""

@@ -13,7 +13,7 @@ from wheel.wheelfile import WheelFile
 from sgl_overlay import gitutil
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.manifest import Kind, Target
-from sgl_overlay.series import Series, preimage_from_full_context
+from sgl_overlay.series import Series, no_op_line, preimage_from_full_context
 
 BASE_TAG = "upstream"
 
@@ -77,6 +77,13 @@ def check_preimages(repo: Path, rev: str, series: Series, where: Callable[[str],
     return problems
 
 
+def base_commit(target: Target, tree: Path) -> str:
+    """The commit a target's series applies to, as each patch's `base-commit:` names it: the pinned
+    upstream commit (sgl-kernel), else the laid-out tree's `upstream` commit, made reproducibly from
+    the pinned wheel (fixed identity, date and message), since no upstream commit is that wheel."""
+    return target.commit if len(target.commit) == 40 else gitutil.out(tree, "rev-parse", f"{BASE_TAG}^{{commit}}")
+
+
 def is_ready(dest: Path, target: Target) -> bool:
     return (
         (dest / ".git").exists()
@@ -127,6 +134,9 @@ def lay_out(
         msg = f"upstream {target.name} {target.version}\n\nSource: {target.wheel or target.upstream + '@' + target.commit}\n"
         gitutil.git(tmp, "commit", "-q", "-m", msg, env=gitutil.TOOL_IDENTITY)
         gitutil.git(tmp, "tag", BASE_TAG)
+        no_ops = series.no_ops(lambda path: gitutil.blob_at(tmp, BASE_TAG, path)) if check_pins else []
+        if no_ops:
+            raise OverlayError(no_op_line(no_ops[0], target.label))
         problems = check_preimages(tmp, BASE_TAG, series) if check_pins else []
         if problems:
             raise OverlayError(f"{target.label}: pinned pre-image differs: {problems[0]}; fix patches/manifest.toml")

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         RevertReport,
         StatusReport,
     )
+    from sgl_overlay.series import Patch
     from sgl_overlay.transaction import Aborted
     from sgl_overlay.tree import LaidOut
 
@@ -50,8 +51,19 @@ def status_lines(r: StatusReport) -> list[str]:
         lines.append(f"{t.name} in {r.path}{note}:")
         for row in t.rows:
             extra = row.commit[:12] if row.commit else row.detail
-            lines.append(f"  {row.state.value:<{STATE_WIDTH}} {row.patch.label}" + (f"  ({extra})" if extra else ""))
+            lines.append(
+                f"  {row.state.value:<{STATE_WIDTH}} {row.patch.label}"
+                + (f"  ({extra})" if extra else "")
+                + f"  {upstream_of(row.patch)}"
+            )
     return lines + [f"warning: {preimage_differs(w)}" for w in r.warnings]
+
+
+def upstream_of(patch: Patch) -> str:
+    """Where upstream stands on a patch: the manifest's `applied_upstream`, else its `Forwarded:` trailer."""
+    if patch.applied_upstream:
+        return f"upstream: applied in {patch.applied_upstream}"
+    return "upstream: not applied, " + (f"forwarded as {patch.forwarded}" if patch.forwarded else "not forwarded")
 
 
 def already_in(a: AlreadyIn) -> str:

@@ -24,7 +24,8 @@ from sgl_overlay.states import PatchStatus, Standing, State
 from sgl_overlay.tree import PreimageMismatch
 
 CO = Path("/co")
-P1, P2 = SimpleNamespace(label="sglang/0001-a.patch"), SimpleNamespace(label="sglang/0002-b.patch")
+P1 = SimpleNamespace(label="sglang/0001-a.patch", applied_upstream="", forwarded="https://example.com/pull/1")
+P2 = SimpleNamespace(label="sglang/0002-b.patch", applied_upstream="", forwarded="")
 DIFFERS = PreimageDiffers("sglang", PreimageMismatch("python/sglang/a.py", "aaaa", "bbbb"))
 SHA = "0123456789abcdef0123"
 
@@ -47,13 +48,16 @@ def test_status_lines():
         "note: 3 file(s) have uncommitted changes (1 touched by the patches; first: python/sglang/a.py): the states "
         "below read the working files, not HEAD; apply and revert refuse until they are committed or stashed",
         "sglang in /co:",
-        "  applied              sglang/0001-a.patch  (0123456789ab)",
-        "  conflicting          sglang/0002-b.patch  (x:1)",
+        "  applied              sglang/0001-a.patch  (0123456789ab)  upstream: not applied, forwarded as "
+        "https://example.com/pull/1",
+        "  conflicting          sglang/0002-b.patch  (x:1)  upstream: not applied, not forwarded",
         "sgl-kernel in /co (optional here: a fork's copy; only `-t sgl-kernel` applies it):",
-        "  applicable           sglang/0001-a.patch",
+        "  applicable           sglang/0001-a.patch  upstream: not applied, forwarded as https://example.com/pull/1",
         "warning: sglang: pre-image differs: python/sglang/a.py: expected blob aaaa, found bbbb",
     ]
     assert not report.ok  # a required patch conflicts; the optional target's state does not count
+    merged = SimpleNamespace(label="sglang/0001-a.patch", applied_upstream="0.5.24", forwarded="https://e.com/pull/1")
+    assert wording.upstream_of(merged) == "upstream: applied in 0.5.24"
     assert StatusReport(CO, None, None, [TargetStatus("k", "why", [PatchStatus(P1, State.ABSENT)])], []).ok
 
 
