@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sgl_overlay import gitutil
-from sgl_overlay.errors import OverlayError
+from sgl_overlay.errors import OverlayError, Why
 from sgl_overlay.manifest import Manifest, Target
 from sgl_overlay.series import Series
 
@@ -131,16 +131,11 @@ def detect(path: Path, manifest: Manifest, only: list[str] | None = None) -> Che
         wanted = [manifest.get(n) for n in only]
         missing = [t.name for t in wanted if t not in found]
         if missing and found:
-            raise OverlayError(
-                f"{repo} does not hold target {missing[0]} (it holds {', '.join(t.name for t in found)})"
-            )
+            raise OverlayError(Why.NOT_THAT_TARGET, checkout=repo, missing=missing[0], found=[t.name for t in found])
         found = wanted if not found else [t for t in found if t in wanted]
         optional = {}
     if not found:
-        raise OverlayError(
-            f"unknown project in {repo}: neither python/pyproject.toml names sglang or sglang-kt nor "
-            "sgl-kernel/ is there; pass a checkout of sgl-project/sglang or kvcache-ai/sglang"
-        )
+        raise OverlayError(Why.UNKNOWN_PROJECT, checkout=repo)
     return Checkout(
         path=repo,
         targets=tuple(found),
@@ -155,14 +150,10 @@ def ensure_writable(co: Checkout) -> None:
     """Refuse a tree with a half-finished git operation or uncommitted changes."""
     busy = gitutil.operation_in_progress(co.path)
     if busy:
-        what, ends = busy
-        raise OverlayError(f"{co.path} has {what}; finish it or run {ends} there, then try again")
+        raise OverlayError(Why.GIT_BUSY, checkout=co.path, operation=busy)
     dirty = gitutil.changed_files(co.path)
     if dirty:
-        raise OverlayError(
-            f"{co.path} has uncommitted changes in {len(dirty)} file(s) (first: {dirty[0]}); "
-            "commit or stash them, then try again"
-        )
+        raise OverlayError(Why.DIRTY, checkout=co.path, count=len(dirty), first=dirty[0])
 
 
 def ensure_hooks_run(co: Checkout) -> None:
@@ -170,7 +161,4 @@ def ensure_hooks_run(co: Checkout) -> None:
     if not co.laid_out:
         hook = gitutil.git_path(co.path, "hooks/commit-msg")
         if hook.is_file() and os.access(hook, os.X_OK):
-            raise OverlayError(
-                f"{co.path} has a commit-msg hook ({hook}) that `git am` does not run: the overlay's commits "
-                f"would bypass it; to accept that, `chmod -x {hook}` for this apply and `chmod +x` it after"
-            )
+            raise OverlayError(Why.COMMIT_MSG_HOOK, checkout=co.path, hook=hook)

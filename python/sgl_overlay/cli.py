@@ -30,7 +30,7 @@ try:  # Ctrl-C while the modules load is one line too
         wording,
     )
     from sgl_overlay.checkout import Checkout, detect
-    from sgl_overlay.errors import Interrupted, OverlayError, UsageError
+    from sgl_overlay.errors import Interrupted, OverlayError, UsageError, Why
     from sgl_overlay.manifest import Kind, Manifest, load_manifest
     from sgl_overlay.series import Series
     from sgl_overlay.verify import verify_tree
@@ -56,7 +56,7 @@ class Context:
         for target in self.manifest.select(args.target):
             path = self.trees / target.name
             if not tree.is_ready(path, target):
-                raise OverlayError(f"no tree for {target.name} at {path}; run `sgl-overlay fetch` first")
+                raise OverlayError(Why.NO_TREE, target=target.name, path=path)
             result.append(detect(path, self.manifest))
         return result
 
@@ -129,10 +129,9 @@ def cmd_verify(args: argparse.Namespace, ctx: Context) -> int:
             found = verify_tree(co.path, co.series[target.name])
             problems += found
             if not found:
-                n = len(target.patches)
-                print(f"verified {target.name}: base matches pins, {n} patch(es) give the exact post-images")
+                print(wording.verified(target.name, len(target.patches)))
     for p in problems:
-        print(f"error: {p}", file=sys.stderr)
+        print(wording.unproven_line(p), file=sys.stderr)
     return 1 if problems else 0
 
 
@@ -170,7 +169,9 @@ def cmd_wheels(args: argparse.Namespace, ctx: Context) -> int:
         print("\n".join(wording.wheel_names(rows)))
         return 0
     if args.checkout is not None:
-        print(f"built {wheels.build_from_checkout(detect(args.checkout, ctx.manifest, args.target), out_dir, local)}")
+        print(
+            wording.built(wheels.build_from_checkout(detect(args.checkout, ctx.manifest, args.target), out_dir, local))
+        )
         return 0
     for target in ctx.manifest.select(args.target):
         if target.kind != Kind.WHEEL:
@@ -178,7 +179,7 @@ def cmd_wheels(args: argparse.Namespace, ctx: Context) -> int:
         series = Series.read(target)
         for wheel in fetch.fetch_wheels(target, ctx.cache, offline=True):
             made = wheels.build_patched_wheel(series, wheel, ctx.trees / target.name, out_dir, local)
-            print(f"built {made}", flush=True)
+            print(wording.built(made), flush=True)
     return 0
 
 
@@ -204,24 +205,24 @@ def cmd_matrix(args: argparse.Namespace, ctx: Context) -> int:
     runs = matrix.run_matrix(ctx.manifest, args.target, versions, opts)
     out = (args.out or ctx.root / "docs").resolve()
     for path in matrix_report.write_outputs(runs, out, list(ctx.manifest.targets)):
-        print(f"wrote {path}")
+        print(wording.wrote(path))
     problems = matrix.errors(runs)
     for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
+        print(wording.matrix_error(*problem), file=sys.stderr)
     return 1 if problems else 0
 
 
 def _python_version(text: str) -> tuple[int, int]:
     major, dot, minor = text.partition(".")
     if not (dot and major.isdigit() and minor.isdigit()):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a Python version like 3.12")
+        raise argparse.ArgumentTypeError(wording.not_a_python_version(text))
     return int(major), int(minor)
 
 
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # usage errors exit 2 with one line + hint
         self.print_usage(sys.stderr)
-        raise UsageError(f"{message}; see `{self.prog} --help`")
+        raise UsageError(Why.USAGE, message=message, prog=self.prog)
 
 
 Command = Callable[[argparse.Namespace, Context], int]
@@ -327,7 +328,7 @@ def _add_commands(commands: argparse._SubParsersAction) -> None:
 
 
 def _terminate(signum: int, _frame: object) -> None:
-    raise Interrupted(f"terminated by signal {signum}")  # unwinds, so temp folders and locks go
+    raise Interrupted(Why.TERMINATED, signal=signum)  # unwinds, so temp folders and locks go
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -344,23 +345,19 @@ def main(argv: list[str] | None = None) -> int:
         cache = (args.cache or root / ".cache" / "wheels").resolve()
         return args.func(args, Context(manifest, root, trees, cache))
     except OverlayError as exc:
-        print(f"sgl-overlay: error: {exc}", file=sys.stderr)
+        print(wording.failed(wording.error(exc)), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("sgl-overlay: interrupted", file=sys.stderr)
+        print(wording.INTERRUPTED, file=sys.stderr)
         return Interrupted.exit_code
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as a shell would
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
     except UnicodeError as exc:
-        print(f"sgl-overlay: error: a file is not valid text ({exc}); restore it from git", file=sys.stderr)
+        print(wording.failed(wording.not_text(exc)), file=sys.stderr)
         return 1
     except OSError as exc:
-        where = f" {exc.filename}" if exc.filename else ""
-        print(
-            f"sgl-overlay: error: cannot use{where}: {exc.strerror or exc}; check it exists and is readable/writable",
-            file=sys.stderr,
-        )
+        print(wording.failed(wording.os_error(exc)), file=sys.stderr)
         return 1
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from sgl_overlay import gitutil, subproc
-from sgl_overlay.errors import UsageError
+from sgl_overlay.errors import UsageError, Why
 from sgl_overlay.manifest import Kind, Manifest
 from sgl_overlay.series import Series
 from sgl_overlay.wheels import no_wheel_fits, patched_wheel_name, shipped_changes, wheel_for_python, wheel_path_of
@@ -145,7 +145,7 @@ def doctor(
     manifest: Manifest, python: str, dist_dir: Path, live: bool = True, site: Path | None = None
 ) -> DoctorReport:
     if site is not None and not site.is_dir():
-        raise UsageError(f"--site {site} is not a folder; pass the DIR of `pip install --target DIR`")
+        raise UsageError(Why.SITE_NOT_A_FOLDER, site=site)
     wheel_targets = [t for t in manifest.targets.values() if t.kind == Kind.WHEEL]
     data = probe(python, [t.dist_name for t in wheel_targets], live, site)
     installed: list[tuple[str, str, str | None]] = []

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from sgl_overlay import gitutil, scratch
-from sgl_overlay.errors import OverlayError
+from sgl_overlay.errors import OverlayError, Why
 from sgl_overlay.manifest import Target
-from sgl_overlay.series import BUG, FORWARDED, FULL_CONTEXT, NOT_YET, mail_parts
+from sgl_overlay.series import BUG, FORWARDED, FULL_CONTEXT, mail_parts
 from sgl_overlay.tree import BASE_TAG, base_commit, is_ready
 
 
@@ -40,7 +40,7 @@ def export_series(target: Target, tree: Path, identity: str = "") -> list[tuple[
     Every file is the mbox `git format-patch` writes (full blob ids; full context for sgl-kernel) by `identity`,
     ending with the `base-commit:` of the series (tree.base_commit), as `--base` writes it."""
     if not is_ready(tree, target):
-        raise OverlayError(f"no tree for {target.name} at {tree}; run `sgl-overlay fetch` and `apply` first")
+        raise OverlayError(Why.NO_TREE_TO_EXPORT, target=target.name, tree=tree)
     with scratch.folder("export") as tmp:
         head, tip = gitutil.head(tree), _as_laid_out(tree, identity)
         args = ["format-patch", "-q", "--full-index", "--no-signature", "-o", tmp]
@@ -50,21 +50,14 @@ def export_series(target: Target, tree: Path, identity: str = "") -> list[tuple[
         made = sorted(Path(tmp).glob("*.patch"))
         names = [p.name for p in made]
         if names != list(target.patches):
-            raise OverlayError(
-                f"the {target.name} tree's commits export as {names}, the manifest lists "
-                f"{list(target.patches)}; update `patches` in patches/manifest.toml"
-            )
+            raise OverlayError(Why.EXPORT_NAMES_DIFFER, target=target.name, names=names, listed=list(target.patches))
         base = f"\nbase-commit: {base_commit(target, tree)}\n".encode()
         datas = [p.read_bytes() + base for p in made]
         for p, data in zip(made, datas):
             _, trailers, _ = mail_parts(data.decode("utf-8"))
             missing = [k for k in (BUG, FORWARDED) if k not in dict(trailers)]
             if missing:
-                raise OverlayError(
-                    f"{target.name}: the message of {p.name} has no `{missing[0]}:` trailer; end it with "
-                    f"`{BUG}: <issue URL>` and `{FORWARDED}: <pull request URL>` (`{NOT_YET}` where there is none: "
-                    f"`git rebase -i {BASE_TAG}`, reword), then export again"
-                )
+                raise OverlayError(Why.NO_TRAILER, target=target.name, patch=p.name, key=missing[0])
         if tip != head:  # same trees: the index and the working files still match HEAD
             gitutil.git(tree, "update-ref", "-m", "sgl-overlay export", "HEAD", tip, head)
         target.patch_dir.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 from sgl_overlay import subproc
-from sgl_overlay.errors import OverlayError
+from sgl_overlay.errors import OverlayError, Why
 
 # Commits the tool itself makes (the `upstream` base of a laid-out tree, patches applied
 # to it) use a fixed identity and date so the same pins always give the same commit ids.
@@ -50,14 +50,11 @@ def out_bytes(repo: Path, *args: str, env: dict[str, str] | None = None, input: 
 
 def toplevel(path: Path) -> Path:
     if not path.exists():
-        raise OverlayError(f"{path} does not exist; pass the root of a git checkout")
+        raise OverlayError(Why.NO_PATH, path=path)
     proc = git(path, "rev-parse", "--show-toplevel", check=False)
     if proc.returncode != 0:
         ensure_git_runs()
-        raise OverlayError(
-            f"not a git directory: {path}; pass the root of a git checkout of "
-            "sgl-project/sglang or kvcache-ai/sglang (or run `sgl-overlay fetch`)"
-        )
+        raise OverlayError(Why.NOT_GIT, path=path)
     return Path(proc.stdout.strip())
 
 
@@ -66,10 +63,7 @@ def ensure_git_runs() -> None:
     proc = git(None, "--version", check=False)
     if proc.returncode != 0 or not proc.stdout.startswith("git version"):
         found = shutil.which("git") or "git"
-        raise OverlayError(
-            f"{found} does not work as git (`git --version`: {subproc.failure_reason(proc)}); "
-            "put a working git first on PATH"
-        )
+        raise OverlayError(Why.GIT_BROKEN, git=found, reason=subproc.failure_reason(proc))
 
 
 def head(repo: Path) -> str:
@@ -85,26 +79,23 @@ def git_path(repo: Path, name: str) -> Path:
     return (repo / out(repo, "rev-parse", "--git-path", name)).resolve()
 
 
-def operation_in_progress(repo: Path) -> tuple[str, str] | None:
-    """The half-finished git operation (am, rebase, merge, bisect, ...) and the command that ends it."""
+# The files git keeps while an operation is half-finished: a `git am`, a rebase (two kinds), a merge, a
+# cherry-pick, a revert, a bisect (`wording.GIT_OPERATIONS` says what each is and what ends it).
+OPERATION_FILES = (
+    "rebase-apply/applying",
+    "rebase-apply",
+    "rebase-merge",
+    "MERGE_HEAD",
+    "CHERRY_PICK_HEAD",
+    "REVERT_HEAD",
+    "BISECT_LOG",
+)
+
+
+def operation_in_progress(repo: Path) -> str | None:
+    """The file of the half-finished git operation (OPERATION_FILES), or None."""
     gd = git_dir(repo)
-    if (gd / "rebase-apply" / "applying").exists():
-        return "a `git am` in progress (half-applied series?)", "`git am --abort`"
-    for name, what, ends in (
-        ("rebase-apply", "a rebase in progress", "`git rebase --abort`"),
-        ("rebase-merge", "a rebase in progress", "`git rebase --abort`"),
-        ("MERGE_HEAD", "a merge in progress", "`git merge --abort`"),
-        ("CHERRY_PICK_HEAD", "a cherry-pick in progress", "`git cherry-pick --abort`"),
-        ("REVERT_HEAD", "a revert in progress", "`git revert --abort`"),
-        (
-            "BISECT_LOG",
-            "a bisect in progress (its next `git bisect good/bad` would judge the overlay's commits)",
-            "`git bisect reset`",
-        ),
-    ):
-        if (gd / name).exists():
-            return what, ends
-    return None
+    return next((name for name in OPERATION_FILES if (gd / name).exists()), None)
 
 
 def changed_files(repo: Path) -> list[str]:

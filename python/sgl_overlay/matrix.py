@@ -19,7 +19,7 @@ from xml.etree import ElementTree
 from packaging.version import InvalidVersion, Version
 
 from sgl_overlay import fetch, gitutil, transaction, tree, wording
-from sgl_overlay.errors import OverlayError, UsageError
+from sgl_overlay.errors import OverlayError, UsageError, Why
 from sgl_overlay.manifest import Kind, Manifest, MatrixSpec, PinnedWheel, Target
 from sgl_overlay.scratch import folder
 from sgl_overlay.series import Patch, Series
@@ -193,7 +193,7 @@ def _differs_from_pin(patch: Patch, vtree: Path, at_version: Target) -> list[str
 def classify(st: PatchStatus, vtree: Path, at_version: Target) -> Cell:
     """The cell of one patch in a tree freshly reset to `upstream` (so nothing is APPLIED yet)."""
     if st.state == State.APPLIED:
-        raise OverlayError(f"{st.patch.label}: unexpected state {st.state.value} in a fresh matrix tree")
+        raise OverlayError(Why.MATRIX_UNEXPECTED_STATE, patch=st.patch.label, state=st.state)
     differ = _differs_from_pin(st.patch, vtree, at_version) if st.state == State.APPLICABLE else []
     outcome = Outcome.of(st.state, at_pin=not differ)
     match outcome:
@@ -222,7 +222,7 @@ def apply_and_commit(vtree: Path, patch: Patch) -> str:
         if proc.returncode == 0:
             return ""
         change.roll_back()
-        return transaction.am_failure(proc)
+        return wording.am_stop(transaction.am_failure(proc))
 
 
 def patch_test_files(patch: Patch) -> list[str]:
@@ -376,15 +376,15 @@ def run_target(target: Target, spec: MatrixSpec, opts: Options, log: Log = print
     try:  # the pinned tree first: its blobs seed every other version's 3-way merges
         pinned = lay_out_version(target, spec, target.pinned, opts, log)
     except OverlayError as exc:  # nothing can be compared without the pin
-        run.versions = [VersionRun(version=v, error=f"pinned tree: {exc}") for v in versions]
-        log(f"matrix {target.name}: error: {exc}")
+        run.versions = [VersionRun(version=v, error=f"pinned tree: {wording.error(exc)}") for v in versions]
+        log(f"matrix {target.name}: error: {wording.error(exc)}")
         return run
     for version in versions:
         try:
             vt = pinned if version == target.pinned else lay_out_version(target, spec, version, opts, log)
         except OverlayError as exc:  # recorded; the run goes on and fails at the end
-            run.versions.append(VersionRun(version=version, error=str(exc)))
-            log(f"matrix {target.name} {version}: error: {exc}")
+            run.versions.append(VersionRun(version=version, error=wording.error(exc)))
+            log(f"matrix {target.name} {version}: error: {wording.error(exc)}")
             continue
         run.versions.append(vt.run)
         if target.patches:
@@ -398,10 +398,7 @@ def run_matrix(
 ) -> list[TargetRun]:
     selected = manifest.select(names)
     if unknown := sorted(set(versions) - {t.name for t in selected}):
-        raise UsageError(
-            f"--versions names {unknown[0]!r}, which is not among the selected targets "
-            f"({', '.join(t.name for t in selected)})"
-        )
+        raise UsageError(Why.VERSIONS_UNKNOWN_TARGET, name=unknown[0], selected=[t.name for t in selected])
     runs = []
     t0 = time.monotonic()
     for target in selected:
@@ -413,8 +410,9 @@ def run_matrix(
     return runs
 
 
-def errors(runs: list[TargetRun]) -> list[str]:
-    return [f"{r.target} {v.version}: {v.error}" for r in runs for v in r.versions if v.error]
+def errors(runs: list[TargetRun]) -> list[tuple[str, str, str]]:
+    """(target, version, error) of each version the run could not cover."""
+    return [(r.target, v.version, v.error) for r in runs for v in r.versions if v.error]
 
 
 def parse_versions(values: list[str] | None, names: list[str] | None) -> dict[str, list[str]]:
@@ -424,7 +422,7 @@ def parse_versions(values: list[str] | None, names: list[str] | None) -> dict[st
         name, sep, rest = value.partition("=")
         if not sep:
             if not names or len(names) != 1:
-                raise UsageError(f"--versions {value}: name the target (T=V1,V2) or pass exactly one --target")
+                raise UsageError(Why.VERSIONS_NEED_TARGET, value=value)
             name, rest = names[0], value
         result.setdefault(name, []).extend(v.strip() for v in rest.split(",") if v.strip())
     return result

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
 
-from sgl_overlay import gitutil, subproc, transaction, wording
+from sgl_overlay import gitutil, subproc, transaction
 from sgl_overlay.checkout import Checkout, ensure_hooks_run, ensure_writable
-from sgl_overlay.errors import OverlayError
+from sgl_overlay.errors import OverlayError, Why
 from sgl_overlay.manifest import Target
 from sgl_overlay.series import Patch
 from sgl_overlay.states import BLOCKED, IN, PENDING, Content, PatchStatus, Standing, State, content_of, series_status
@@ -77,7 +77,7 @@ class TargetStatus:
 @dataclass(frozen=True)
 class StatusReport:
     path: Path
-    busy: str | None  # another run's lock or a dead run's journal (transaction.leftover)
+    busy: transaction.Leftover | None  # another run's lock or a dead run's journal
     uncommitted: Uncommitted | None
     targets: list[TargetStatus]
     warnings: list[PreimageDiffers]
@@ -165,7 +165,7 @@ def plan(co: Checkout, strict: bool) -> tuple[list[tuple[Path, tuple[str, ...]]]
     sv = survey(co)
     warnings = preimage_warnings(co, sv)
     if strict and warnings:
-        raise OverlayError(wording.strict_refusal(warnings[0]))
+        raise OverlayError(Why.STRICT, differs=warnings[0])
     to_apply: list[tuple[Path, tuple[str, ...]]] = []
     for target in co.required:
         name, rows = target.name, sv.rows[target.name]
@@ -174,18 +174,23 @@ def plan(co: Checkout, strict: bool) -> tuple[list[tuple[Path, tuple[str, ...]]]
         for r in rows:
             if r.state == State.ABSENT:
                 raise OverlayError(
-                    f"{r.patch.label}: missing file {r.detail} in {co.path}; this checkout is not a "
-                    f"version the {name} patches support (see `sgl-overlay status`){_other_targets(co, sv, name)}"
+                    Why.FILE_ABSENT,
+                    patch=r.patch.label,
+                    file=r.detail,
+                    checkout=co.path,
+                    target=name,
+                    alone=_other_targets(co, sv, name),
                 )
             if r.state == State.CONFLICTING:
-                raise OverlayError(
-                    f"{r.patch.label} conflicts in {co.path}: {r.detail}; tree left unchanged "
-                    "(see `sgl-overlay status`)"
-                )
+                raise OverlayError(Why.CONFLICTS, patch=r.patch.label, checkout=co.path, detail=r.detail)
         if applied and pending:
             raise OverlayError(
-                f"half-applied series: {len(applied)} of {len(rows)} {name} patches are applied in "
-                f"{co.path} ({applied[0].patch.label}); run `sgl-overlay revert` there, then apply again"
+                Why.HALF_APPLIED,
+                applied=len(applied),
+                total=len(rows),
+                target=name,
+                checkout=co.path,
+                first=applied[0].patch.label,
             )
         _refuse_untracked(co, name, [r.patch for r in pending])
         flags = tuple(co.placement(name).apply_flags())
@@ -204,19 +209,12 @@ def _refuse_untracked(co: Checkout, name: str, patches: list[Patch]) -> None:
                 and os.path.lexists(co.path / path)
                 and gitutil.blob_at(co.path, "HEAD", path) is None
             ):
-                raise OverlayError(
-                    f"{patch.label} adds {path}, but an untracked file is there in {co.path}; move it away, "
-                    "then apply again (tree left unchanged)"
-                )
+                raise OverlayError(Why.UNTRACKED_IN_THE_WAY, patch=patch.label, file=path, checkout=co.path)
 
 
-def _other_targets(co: Checkout, sv: Survey, failed: str) -> str:
-    """The hint that another target of this checkout can go in alone."""
-    fine = [t.name for t in co.targets if t.name != failed and all(r.state in (*PENDING, *IN) for r in sv.rows[t.name])]
-    if not fine:
-        return ""
-    only = " ".join(f"-t {n}" for n in fine)
-    return f"; `sgl-overlay apply {only} --checkout {co.path}` applies {', '.join(fine)} alone"
+def _other_targets(co: Checkout, sv: Survey, failed: str) -> list[str]:
+    """The other targets of this checkout that can go in alone."""
+    return [t.name for t in co.targets if t.name != failed and all(r.state in (*PENDING, *IN) for r in sv.rows[t.name])]
 
 
 @dataclass(frozen=True)
@@ -239,7 +237,7 @@ class CheckReport:
     """What `apply` would do; `refused`: why it would refuse (then nothing else is known)."""
 
     path: Path
-    refused: str = ""
+    refused: OverlayError | None = None
     warnings: list[PreimageDiffers] = field(default_factory=list)
     pending: int = 0  # patches it would apply
     already: AlreadyIn | None = None  # when none would
@@ -247,7 +245,7 @@ class CheckReport:
 
     @property
     def ok(self) -> bool:
-        return not self.refused
+        return self.refused is None
 
 
 def check(co: Checkout, strict: bool = False) -> CheckReport:
@@ -255,12 +253,12 @@ def check(co: Checkout, strict: bool = False) -> CheckReport:
     try:
         busy = transaction.leftover(co.path)
         if busy:
-            raise OverlayError(busy)
+            raise OverlayError(Why.LEFTOVER, left=busy)
         to_apply, sv, warnings = plan(co, strict)
     except OverlayError as exc:
-        return CheckReport(co.path, refused=str(exc))
+        return CheckReport(co.path, refused=exc)
     already = None if to_apply else already_in(co, sv)
-    return CheckReport(co.path, "", warnings, len(to_apply), already, _notes(co, sv))
+    return CheckReport(co.path, None, warnings, len(to_apply), already, _notes(co, sv))
 
 
 @dataclass(frozen=True)
@@ -295,8 +293,7 @@ def apply(co: Checkout, strict: bool = False) -> ApplyReport:
                 if proc.returncode != 0:
                     stuck = transaction.stuck_patch(co.path, patches)
                     raise OverlayError(
-                        f"{stuck} did not apply in {co.path}: {transaction.am_failure(proc, co.path)}; tree left "
-                        "unchanged (see `sgl-overlay status`)"
+                        Why.AM_FAILED, patch=stuck, checkout=co.path, stop=transaction.am_failure(proc, co.path)
                     )
                 change.done(", ".join(f"{p.parent.name}/{p.name}" for p in patches))
     upstream = sum(r.state == State.UPSTREAM for t in co.required for r in sv.rows[t.name])
@@ -337,21 +334,18 @@ def revert(co: Checkout) -> RevertReport:
                 ordered = [c for c in gitutil.out(co.path, "rev-list", "HEAD").splitlines() if c in set(commits)]
                 proc = gitutil.git(co.path, "revert", "--no-edit", *ordered, check=False)
                 if proc.returncode != 0:
-                    raise OverlayError(f"could not revert the overlay's commits in {co.path}: {_revert_failure(proc)}")
+                    raise _revert_failure(proc, co.path)
                 how = "git revert"
             if change.caught:
                 raise change.interrupted()
     return RevertReport(co.path, len(commits), how, change.head, gitutil.head(co.path))
 
 
-def _revert_failure(proc: subprocess.CompletedProcess) -> str:
-    """Why `git revert` stopped, and the next step."""
-    text = proc.stdout + proc.stderr
-    if "conflict" in text.lower():
-        return "later commits touch the same lines; tree left unchanged: revert them by hand with `git revert`"
-    if any(sign in text.lower() for sign in ("auto-detect", "tell me who you are", "empty ident")):
-        return (
-            "git has no identity for the revert commits; set it with `git config user.name NAME` and "
-            "`git config user.email EMAIL`, then revert again (tree left unchanged)"
-        )
-    return f"{subproc.failure_reason(proc)}; tree left unchanged"
+def _revert_failure(proc: subprocess.CompletedProcess, checkout: Path) -> OverlayError:
+    """Why `git revert` stopped."""
+    text = (proc.stdout + proc.stderr).lower()
+    if "conflict" in text:
+        return OverlayError(Why.REVERT_CONFLICTS, checkout=checkout)
+    if any(sign in text for sign in ("auto-detect", "tell me who you are", "empty ident")):
+        return OverlayError(Why.REVERT_NO_IDENTITY, checkout=checkout)
+    return OverlayError(Why.REVERT_FAILED, checkout=checkout, reason=subproc.failure_reason(proc))

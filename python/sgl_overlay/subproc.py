@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from sgl_overlay.errors import OverlayError
+from sgl_overlay.errors import OverlayError, Why
 
 # What `git rev-parse --local-env-vars` prints (git 2.39 to 2.47), plus the variables that
 # change which repository git finds or which refs it reads.
@@ -101,7 +101,7 @@ def run(
     cwd: Path | None = None,
 ) -> subprocess.CompletedProcess:
     """Run `cmd` with its output captured (text unless `input` is bytes); with `check`, a non-zero
-    exit raises OverlayError("{what} failed: <reason>"). `env` is added to the clean environment."""
+    exit raises OverlayError(Why.FAILED) naming `what` and the reason. `env` is added to the clean environment."""
     argv = [str(c) for c in cmd]
     try:
         proc = subprocess.run(
@@ -116,12 +116,10 @@ def run(
         )
     except FileNotFoundError:
         if os.sep in argv[0]:
-            raise OverlayError(f"{argv[0]} does not exist ({what}); pass the path of an existing program") from None
-        raise OverlayError(f"{argv[0]} is not on PATH ({what}); install it or add it to PATH") from None
+            raise OverlayError(Why.NO_PROGRAM, program=argv[0], what=what) from None
+        raise OverlayError(Why.NOT_ON_PATH, program=argv[0], what=what) from None
     except OSError as exc:
-        raise OverlayError(
-            f"cannot run {argv[0]} ({what}): {exc.strerror or exc}; check that it is a working executable"
-        ) from None
+        raise OverlayError(Why.CANNOT_RUN, program=argv[0], what=what, reason=exc.strerror or str(exc)) from None
     if check and proc.returncode != 0:
-        raise OverlayError(f"{what} failed: {failure_reason(proc)}")
+        raise OverlayError(Why.FAILED, what=what, reason=failure_reason(proc))
     return proc

@@ -21,15 +21,15 @@ import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from enum import Enum, auto
 from pathlib import Path
 
-from sgl_overlay import gitutil, wording
-from sgl_overlay.errors import Interrupted, OverlayError
+from sgl_overlay import gitutil
+from sgl_overlay.errors import Interrupted, OverlayError, Why
 from sgl_overlay.scratch import pid_alive
 
 LOCK = "sgl-overlay.lock"
 JOURNAL = "sgl-overlay-journal.json"
-ABORT = "sgl-overlay apply --abort --checkout {repo}"
 
 
 @contextlib.contextmanager
@@ -77,29 +77,42 @@ def _tool_runs(pid: int) -> bool:
         return True
 
 
-def _dead_run(repo: Path, journal: Path, info: dict) -> str:
-    head = str(info.get("head", ""))[:12] or "unknown"
-    return (
-        f"a killed {wording.who(info)} left {repo} mid-change (journal {journal}, HEAD before {head}); "
-        f"roll it back with `{ABORT.format(repo=repo)}`"
-    )
+class Left(Enum):
+    """What another run left in a checkout."""
+
+    RUNNING = auto()  # its lock: it is changing the checkout now
+    STALE_LOCK = auto()  # a lock whose run is gone, with no journal
+    JOURNAL = auto()  # a killed run's journal: the checkout is mid-change
 
 
-def leftover(repo: Path) -> str | None:
-    """The line naming another run's lock or a dead run's journal in `repo`, or None."""
+@dataclass(frozen=True)
+class Leftover:
+    what: Left
+    repo: Path
+    path: Path  # the lock or the journal
+    run: dict  # its record of that run (pid, command, started; a journal's head)
+
+
+def leftover(repo: Path) -> Leftover | None:
+    """Another run's lock or a dead run's journal in `repo`, or None."""
     gd = gitutil.git_dir(repo)
     lock, journal = gd / LOCK, gd / JOURNAL
     held, info = _read(lock), _read(journal)
     if held is not None and held.get("pid") != os.getpid():
         pid = held.get("pid")
         if isinstance(pid, int) and _tool_runs(pid):
-            since = time.strftime("%H:%M:%S", time.localtime(held.get("started", 0)))
-            return f"{repo} is being changed by {wording.who(held)} since {since} (lock {lock}); wait for it to finish"
+            return Leftover(Left.RUNNING, repo, lock, held)
         if info is None:
-            return f"stale lock {lock} of {wording.who(held)}, which no longer runs; remove it with `{ABORT.format(repo=repo)}`"
+            return Leftover(Left.STALE_LOCK, repo, lock, held)
     if info is not None:
-        return _dead_run(repo, journal, info)
+        return Leftover(Left.JOURNAL, repo, journal, info)
     return None
+
+
+def _refuse_leftover(repo: Path, otherwise: Why, **facts: object) -> OverlayError:
+    """The refusal naming what another run left, or `otherwise` when it went meanwhile."""
+    left = leftover(repo)
+    return OverlayError(Why.LEFTOVER, left=left) if left else OverlayError(otherwise, **facts)
 
 
 @contextlib.contextmanager
@@ -120,15 +133,15 @@ def locked(repo: Path, command: str) -> Iterator[None]:
             with os.fdopen(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644), "w") as f:
                 f.write(mine.read_text())
     except FileExistsError:
-        raise OverlayError(leftover(repo) or f"{lock} appeared and went; try again") from None
+        raise _refuse_leftover(repo, Why.LOCK_RACE, lock=lock) from None
     except OSError as exc:
-        raise OverlayError(f"cannot create {lock} ({exc.strerror}); {repo} must be writable to change it") from None
+        raise OverlayError(Why.CANNOT_LOCK, lock=lock, repo=repo, reason=exc.strerror) from None
     finally:
         mine.unlink(missing_ok=True)
     try:
         dead = leftover(repo)  # we hold the lock: a journal here is a dead run's
         if dead:
-            raise OverlayError(dead)
+            raise OverlayError(Why.LEFTOVER, left=dead)
         yield
     finally:
         lock.unlink(missing_ok=True)
@@ -150,31 +163,38 @@ def run_am(
     return gitutil.git(repo, *args, *map(str, patches), check=False, env=env)
 
 
-def am_failure(proc: subprocess.CompletedProcess, repo: Path | None = None) -> str:
-    """The line of a failed `git am` that names the conflict or error (or the hook that refused)."""
+@dataclass(frozen=True)
+class AmStop:
+    """Why `git am` stopped: its line naming the conflict or error ("" when it printed none), or the hook
+    that refused the patch (`line`: the hook's last line)."""
+
+    line: str
+    hook: Path | None = None
+
+
+def am_failure(proc: subprocess.CompletedProcess, repo: Path | None = None) -> AmStop:
+    """Why a `git am` failed: the line naming the conflict or error, or the hook that refused."""
     lines = (proc.stdout + proc.stderr).strip().splitlines()
     named = next((ln for ln in lines if "conflict" in ln.lower() or ln.startswith(("error", "fatal"))), None)
     if named is None and repo is not None:
         hooks = [h for h in ("applypatch-msg", "pre-applypatch") if _runs(gitutil.git_path(repo, f"hooks/{h}"))]
         if hooks:
-            return f"the {hooks[0]} hook ({gitutil.git_path(repo, 'hooks/' + hooks[0])}) refused it" + (
-                f": {lines[-1].strip()}" if lines else " (it printed nothing)"
-            )
-    return (named or (lines[-1] if lines else "git am failed")).strip()
+            return AmStop(lines[-1].strip() if lines else "", gitutil.git_path(repo, "hooks/" + hooks[0]))
+    return AmStop((named or (lines[-1] if lines else "")).strip())
 
 
 def _runs(hook: Path) -> bool:
     return hook.is_file() and os.access(hook, os.X_OK)
 
 
-def stuck_patch(repo: Path, patches: Sequence[Path]) -> str:
-    """Which patch `git am` stopped on (its `next` counter), for the error message."""
+def stuck_patch(repo: Path, patches: Sequence[Path]) -> str | None:
+    """Which patch `git am` stopped on (its `next` counter); None when git does not say."""
     nxt = gitutil.git_dir(repo) / "rebase-apply" / "next"
     try:
         p = patches[int(nxt.read_text()) - 1]
         return f"{p.parent.name}/{p.name}"
     except (OSError, ValueError, IndexError):
-        return "the series"
+        return None
 
 
 def rollback(repo: Path, orig: str) -> None:
@@ -217,7 +237,7 @@ class Change:
             _write(self.journal, self.data)
         except OSError as exc:
             self._signals.__exit__(None, None, None)
-            raise OverlayError(f"cannot write {self.journal} ({exc.strerror}); {self.repo} must be writable") from None
+            raise OverlayError(Why.CANNOT_JOURNAL, journal=self.journal, repo=self.repo, reason=exc.strerror) from None
         return self
 
     def done(self, what: str) -> None:
@@ -225,7 +245,7 @@ class Change:
         _write(self.journal, self.data)
 
     def interrupted(self) -> Interrupted:
-        return Interrupted(f"interrupted: {self.command} rolled back, {self.repo} is as before (HEAD {self.head[:12]})")
+        return Interrupted(Why.INTERRUPTED, command=self.command, repo=self.repo, head=self.head)
 
     def roll_back(self) -> None:
         """Return to HEAD before now and end the journal (the caller reports why)."""
@@ -273,19 +293,18 @@ def abort(repo: Path) -> Aborted:
     lock, journal = gd / LOCK, gd / JOURNAL
     held, info = _read(lock), _read(journal)
     if held and isinstance(held.get("pid"), int) and held["pid"] != os.getpid() and _tool_runs(held["pid"]):
-        raise OverlayError(leftover(repo) or f"{lock} is held")
+        raise _refuse_leftover(repo, Why.LOCK_HELD, lock=lock)
     if info is None:
         if held is None:
             return Aborted(repo)
         lock.unlink(missing_ok=True)
         return Aborted(repo, held, lock)
     if not isinstance(info.get("head"), str):
-        raise OverlayError(f"unreadable journal {journal}; check `git log` in {repo}, then remove it and {lock}")
+        raise OverlayError(Why.BAD_JOURNAL, journal=journal, repo=repo, lock=lock)
     foreign = _foreign_commits(repo, info)
     if foreign:
         raise OverlayError(
-            f"{repo} has commits the killed {wording.who(info)} did not make (first: {foreign[0][:60]}); to keep "
-            f"them, `rm {journal} {lock}`; to drop them, `git reset --hard {info['head'][:12]}` there, then abort again"
+            Why.FOREIGN_COMMITS, repo=repo, run=info, first=foreign[0], journal=journal, lock=lock, head=info["head"]
         )
     index_lock = gd / "index.lock"  # the killed git's, when made after the run started
     with contextlib.suppress(OSError):
@@ -303,6 +322,6 @@ def discard_leftovers(repo: Path) -> None:
     gd = gitutil.git_dir(repo)
     held = _read(gd / LOCK)
     if held and isinstance(held.get("pid"), int) and held["pid"] != os.getpid() and _tool_runs(held["pid"]):
-        raise OverlayError(leftover(repo) or f"{repo} is locked")
+        raise _refuse_leftover(repo, Why.LOCK_HELD, lock=gd / LOCK)
     (gd / JOURNAL).unlink(missing_ok=True)
     (gd / LOCK).unlink(missing_ok=True)

@@ -11,9 +11,9 @@ from pathlib import Path
 from wheel.wheelfile import WheelFile
 
 from sgl_overlay import gitutil
-from sgl_overlay.errors import OverlayError
+from sgl_overlay.errors import OverlayError, Why
 from sgl_overlay.manifest import Kind, Target
-from sgl_overlay.series import Series, no_op_line, preimage_from_full_context
+from sgl_overlay.series import Series, preimage_from_full_context
 
 BASE_TAG = "upstream"
 
@@ -44,10 +44,7 @@ def _rebuild_from_patches(series: Series, dest: Path) -> int:
         data = preimage_from_full_context(source, path)
         found = gitutil.hash_bytes(data)
         if found != blob:
-            raise OverlayError(
-                f"pre-image of {path} rebuilt from {source.label} hashes to {found}, "
-                f"manifest pins {blob}; the patch was edited by hand: re-export it from the tree"
-            )
+            raise OverlayError(Why.REBUILT_PREIMAGE_DIFFERS, file=path, patch=source.label, found=found, pinned=blob)
         out = dest / path
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(data)
@@ -59,11 +56,6 @@ class PreimageMismatch:
     path: str
     expected: str
     found: str | None  # None: the file is missing
-
-    def __str__(self) -> str:
-        if self.found is None:
-            return f"missing file {self.path} (expected blob {self.expected})"
-        return f"{self.path}: expected blob {self.expected}, found {self.found}"
 
 
 def check_preimages(repo: Path, rev: str, series: Series, where: Callable[[str], str] = str) -> list[PreimageMismatch]:
@@ -114,7 +106,7 @@ def lay_out(
         return LaidOut(target.name, dest, target.version)
     if dest.exists():
         if not force and any(dest.iterdir()):
-            raise OverlayError(f"{dest} exists but is not the {target.label} tree; remove it or pass --force")
+            raise OverlayError(Why.NOT_THE_TREE, dest=dest, target=target.label)
         shutil.rmtree(dest)
     tmp = dest.with_name(dest.name + ".tmp")
     made_parent = not dest.parent.exists()
@@ -136,10 +128,12 @@ def lay_out(
         gitutil.git(tmp, "tag", BASE_TAG)
         no_ops = series.no_ops(lambda path: gitutil.blob_at(tmp, BASE_TAG, path)) if check_pins else []
         if no_ops:
-            raise OverlayError(no_op_line(no_ops[0], target.label))
+            raise OverlayError(
+                Why.NO_OP_PATCH, patch=no_ops[0].label, target=no_ops[0].path.parent.name, tree=target.label
+            )
         problems = check_preimages(tmp, BASE_TAG, series) if check_pins else []
         if problems:
-            raise OverlayError(f"{target.label}: pinned pre-image differs: {problems[0]}; fix patches/manifest.toml")
+            raise OverlayError(Why.PINNED_PREIMAGE_DIFFERS, target=target.label, mismatch=problems[0])
         tmp.rename(dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

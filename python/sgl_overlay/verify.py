@@ -3,32 +3,52 @@ patch changing something on the pinned tree, each `base-commit:` naming the comm
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from sgl_overlay import gitutil
-from sgl_overlay.series import Series, no_op_line
-from sgl_overlay.tree import BASE_TAG, base_commit, check_preimages
+from sgl_overlay.series import Series
+from sgl_overlay.tree import BASE_TAG, PreimageMismatch, base_commit, check_preimages
 
 
-def verify_tree(repo: Path, series: Series) -> list[str]:
+@dataclass(frozen=True)
+class Unproven:
+    """One way a laid-out tree of `target` is not the pins plus the series: a pinned pre-image at `upstream`
+    (`base`), a file whose blob at HEAD is not the series' end (`path`: `found`, `want`), uncommitted
+    changes in `dirty`, a `patch` that changes nothing on the pinned tree `no_op_on`, or one whose
+    `base-commit:` (`says_base`) is not the commit the series applies to (`applies_to`)."""
+
+    target: str
+    base: PreimageMismatch | None = None
+    path: str = ""
+    found: str | None = None
+    want: str | None = None
+    dirty: Path | None = None
+    patch: str = ""
+    no_op_on: str = ""
+    says_base: str = ""
+    applies_to: str = ""
+
+
+def verify_tree(repo: Path, series: Series) -> list[Unproven]:
     """Problems found (empty when the tree is exactly as the pins and patches say)."""
     target = series.target
     name = target.name
-    problems = [f"{name} base: {p}" for p in check_preimages(repo, BASE_TAG, series)]
-    problems += [no_op_line(p, target.label) for p in series.no_ops(lambda path: gitutil.blob_at(repo, BASE_TAG, path))]
+    problems = [Unproven(name, base=p) for p in check_preimages(repo, BASE_TAG, series)]
+    problems += [
+        Unproven(name, patch=p.label, no_op_on=target.label)
+        for p in series.no_ops(lambda path: gitutil.blob_at(repo, BASE_TAG, path))
+    ]
     for path, blob in series.final_blobs().items():
         found = gitutil.blob_at(repo, "HEAD", path)
         if found is None and blob is None:
             continue
         if found is None or blob is None or not found.startswith(blob):
-            problems.append(f"{name}: {path} is blob {found}, the series ends at {blob}")
+            problems.append(Unproven(name, path=path, found=found, want=blob))
     base = base_commit(target, repo)
     for patch in series.patches:
         if patch.base_commit and patch.base_commit != base:
-            problems.append(
-                f"{patch.label} says base-commit {patch.base_commit}, the {name} series applies to {base}; "
-                f"re-export it with `sgl-overlay export -t {name}`"
-            )
+            problems.append(Unproven(name, patch=patch.label, says_base=patch.base_commit, applies_to=base))
     if gitutil.changed_files(repo):
-        problems.append(f"{name}: {repo} has uncommitted changes")
+        problems.append(Unproven(name, dirty=repo))
     return problems

@@ -12,9 +12,9 @@ from packaging import tags
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
-from sgl_overlay import gitutil, scratch, subproc
+from sgl_overlay import gitutil, scratch, subproc, wording
 from sgl_overlay.checkout import Checkout
-from sgl_overlay.errors import OverlayError
+from sgl_overlay.errors import OverlayError, Why
 from sgl_overlay.fetch import pip_tag_args
 from sgl_overlay.manifest import Kind, PinnedWheel, Target
 from sgl_overlay.series import Series
@@ -60,8 +60,7 @@ def python_tags(target: Target) -> list[str]:
 
 def no_wheel_fits(target: Target, python: tuple[int, int]) -> str:
     """Why no wheel of `target` can serve CPython `python` (for `wheels --print-names` and `doctor`)."""
-    covered = ", ".join(python_tags(target))
-    return f"no pinned {target.name} wheel fits Python {python[0]}.{python[1]}; the pins cover {covered}"
+    return wording.no_wheel_fits(target.name, python, python_tags(target))
 
 
 def print_names(
@@ -77,7 +76,7 @@ def print_names(
         if python is not None:
             pin = wheel_for_python(target, python)
             if pin is None:
-                raise OverlayError(no_wheel_fits(target, python))
+                raise OverlayError(Why.NO_WHEEL_FITS, target=target.name, python=python, covered=python_tags(target))
             pins = (pin,)
         for pin in pins:
             tag = "-".join(sorted({t.interpreter for t in parse_wheel_filename(pin.file)[3]}))
@@ -105,12 +104,7 @@ def _check_stock(series: Series, unpacked: Path, wheel_name: str) -> None:
         want = pinned.get(path)
         found = gitutil.file_blob(unpacked / rel)
         if found != want:
-            expected = f"blob {want}" if want else "absent (the series adds it)"
-            raise OverlayError(
-                f"{wheel_name}: {rel} is {f'blob {found}' if found else 'absent'}, the manifest pins {expected} "
-                f"for {path}; the series is proven on the pinned pre-images only: unpin this wheel in "
-                f"patches/manifest.toml or port the series to it"
-            )
+            raise OverlayError(Why.STOCK_WHEEL_DIFFERS, wheel=wheel_name, rel=rel, found=found, want=want, file=path)
 
 
 def build_patched_wheel(series: Series, wheel: Path, tree: Path, out_dir: Path, local_version: str) -> Path:
@@ -123,7 +117,7 @@ def build_patched_wheel(series: Series, wheel: Path, tree: Path, out_dir: Path, 
     """
     problems = verify_tree(tree, series)
     if problems:
-        raise OverlayError(f"{problems[0]}; run `make trees` (fetch, apply, verify) first")
+        raise OverlayError(Why.TREE_NOT_VERIFIED, problem=problems[0])
     out_dir.mkdir(parents=True, exist_ok=True)
     with scratch.folder("wheel") as tmp:
         subproc.run([sys.executable, "-m", "wheel", "unpack", "-d", tmp, wheel], f"unpacking {wheel.name}")
@@ -136,7 +130,7 @@ def build_patched_wheel(series: Series, wheel: Path, tree: Path, out_dir: Path, 
                 continue
             data = gitutil.cat_blob(tree, "HEAD", path)
             if data is None:
-                raise OverlayError(f"{tree} lacks {path} at HEAD; run `make trees` (fetch, apply, verify) first")
+                raise OverlayError(Why.TREE_LACKS_FILE, tree=tree, file=path)
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(data)
         # Zip timestamps from the tree's last commit (patch dates): the same pins give the same bytes.
@@ -145,7 +139,7 @@ def build_patched_wheel(series: Series, wheel: Path, tree: Path, out_dir: Path, 
         subproc.run(pack, f"packing the patched {wheel.name}", env={"SOURCE_DATE_EPOCH": epoch})
     made = out_dir / patched_wheel_name(wheel.name, local_version)
     if not made.is_file():
-        raise OverlayError(f"`wheel pack` did not write {made}; is the wheel package >= 0.46 installed?")
+        raise OverlayError(Why.WHEEL_NOT_PACKED, made=made)
     return made
 
 
@@ -155,23 +149,14 @@ def build_from_checkout(co: Checkout, out_dir: Path, local_version: str) -> Path
     checkout, source = co.path, co.path / "python"
     projects = [t for t in co.required if t.layout]
     if not projects:
-        names = ", ".join(t.name for t in co.required)
-        raise OverlayError(
-            f"`wheels --checkout` builds the python/ package (sglang or sglang-kt), not {names}; the kernel "
-            f"wheel needs CUDA: build it with `pip wheel --no-deps {checkout / 'sgl-kernel'}` on a GPU machine"
-        )
+        names = [t.name for t in co.required]
+        raise OverlayError(Why.NOT_A_PROJECT, targets=names, kernel=checkout / "sgl-kernel")
     statuses = (r for t in projects for r in series_status(checkout, co.series[t.name], placement=co.placement(t.name)))
     pending = next((r for r in statuses if r.state not in IN), None)
     if pending is not None:
-        raise OverlayError(
-            f"{pending.patch.label} is {pending.state.value} in {checkout}; "
-            f"run `sgl-overlay apply --checkout {checkout}` first"
-        )
+        raise OverlayError(Why.NOT_APPLIED_YET, patch=pending.patch.label, state=pending.state, checkout=checkout)
     if not os.access(source, os.W_OK):
-        raise OverlayError(
-            f"{source} is read-only and upstream's build writes build/ and *.egg-info there; "
-            "build from a writable copy of the checkout"
-        )
+        raise OverlayError(Why.SOURCE_READ_ONLY, source=source)
     out_dir.mkdir(parents=True, exist_ok=True)
     left = _untracked(checkout)
     try:
@@ -179,10 +164,10 @@ def build_from_checkout(co: Checkout, out_dir: Path, local_version: str) -> Path
             build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", tmp, source]
             proc = subproc.run(build, f"building {source} with upstream's build", check=False)
             if proc.returncode != 0:
-                raise OverlayError(f"upstream's build of {source} failed: {_build_failure(proc)}")
+                raise OverlayError(Why.BUILD_FAILED, source=source, reason=_build_failure(proc))
             made = sorted(Path(tmp).glob("*.whl"))
             if not made:
-                raise OverlayError(f"pip wheel produced no wheel from {source}")
+                raise OverlayError(Why.NO_WHEEL_BUILT, source=source)
             return _labelled(made[0], out_dir, local_version)
     finally:
         for rel in _untracked(checkout) - left:  # what the build wrote (build/, *.egg-info)
@@ -215,10 +200,7 @@ def _labelled(wheel: Path, out_dir: Path, local_version: str) -> Path:
     """`wheel` repacked into `out_dir` with the overlay's local label; refuses a version the build made up."""
     name, version, _, _ = parse_wheel_filename(wheel.name)
     if version.public.startswith("0.0.0"):
-        raise OverlayError(
-            f"upstream's build gave {name} version {version} (its fallback when it finds no version, e.g. a clone "
-            "without tags); fetch the release tags (`git fetch --tags`) and build again"
-        )
+        raise OverlayError(Why.NO_VERSION_TAGS, name=name, version=version)
     if version.local:
         shutil.copy2(wheel, out_dir / wheel.name)
         return out_dir / wheel.name
@@ -229,5 +211,5 @@ def _labelled(wheel: Path, out_dir: Path, local_version: str) -> Path:
         subproc.run(pack, f"labelling {wheel.name} +{local_version}")
     made = out_dir / patched_wheel_name(wheel.name, local_version)
     if not made.is_file():
-        raise OverlayError(f"`wheel pack` did not write {made}; is the wheel package >= 0.46 installed?")
+        raise OverlayError(Why.WHEEL_NOT_PACKED, made=made)
     return made

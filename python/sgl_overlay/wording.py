@@ -1,13 +1,19 @@
-"""The sentences for what the commands report (apply / check / status / revert, doctor, fetch, export,
-pins, apply --abort): every line `cli` prints for them, and the refusal lines `operations` and
-`transaction` raise from their facts. It reads the reports' fields only (at run time it imports
-`states` alone), so the modules that make the reports may call it too."""
+"""Every sentence the tool prints: the lines of what the commands report (apply / check / status / revert,
+doctor, fetch, export, pins, verify, wheels, apply --abort) and the one line of each failure (`error`, from
+an `errors.Why` and its facts). It reads the reports' and errors' fields only; at run time it imports
+`errors`, `states` and `transaction` (for their enums), so every module above those may call it."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from sgl_overlay.errors import OverlayError, Why
+from sgl_overlay.series import BUG, FORWARDED, NOT_YET
 from sgl_overlay.states import Standing
+from sgl_overlay.transaction import Left
+from sgl_overlay.tree import BASE_TAG
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -23,14 +29,15 @@ if TYPE_CHECKING:
         StatusReport,
     )
     from sgl_overlay.series import Patch
-    from sgl_overlay.transaction import Aborted
-    from sgl_overlay.tree import LaidOut
+    from sgl_overlay.transaction import Aborted, AmStop, Leftover
+    from sgl_overlay.tree import LaidOut, PreimageMismatch
+    from sgl_overlay.verify import Unproven
 
 STATE_WIDTH = 20  # the state column of `status`
 
 
 def preimage_differs(w: PreimageDiffers) -> str:
-    return f"{w.target}: pre-image differs: {w.mismatch}"
+    return f"{w.target}: pre-image differs: {preimage_mismatch(w.mismatch)}"
 
 
 def strict_refusal(w: PreimageDiffers) -> str:
@@ -39,7 +46,7 @@ def strict_refusal(w: PreimageDiffers) -> str:
 
 def status_lines(r: StatusReport) -> list[str]:
     """A note on another run, one on uncommitted files, each target's patches with their states, warnings."""
-    lines = [f"note: {r.busy}"] if r.busy else []
+    lines = [f"note: {leftover(r.busy)}"] if r.busy else []
     if u := r.uncommitted:
         lines.append(
             f"note: {u.count} file(s) have uncommitted changes ({u.ours} touched by the patches; "
@@ -111,7 +118,7 @@ def _port_from(n: OptionalNote) -> str:
 
 def check_lines(r: CheckReport) -> list[str]:
     if r.refused:
-        return [f"would fail: {r.refused}"]
+        return [f"would fail: {error(r.refused)}"]
     would = f"{r.pending} patch(es) would apply to {r.path}" if r.pending else already_in(r.already)
     return (
         [f"warning: {preimage_differs(w)}" for w in r.warnings] + [f"ok: {would}"] + list(map(optional_note, r.notes))
@@ -181,6 +188,407 @@ def aborted(a: Aborted) -> str:
     return f"rolled back the killed {who(a.run)} in {a.repo}: HEAD {a.head[:12]} again, as before it ran{done}"
 
 
+def verified(target: str, patches: int) -> str:
+    return f"verified {target}: base matches pins, {patches} patch(es) give the exact post-images"
+
+
+def unproven(u: Unproven) -> str:
+    """One way a laid-out tree is not the pins plus the series (`verify`)."""
+    if u.base is not None:
+        return f"{u.target} base: {preimage_mismatch(u.base)}"
+    if u.dirty is not None:
+        return f"{u.target}: {u.dirty} has uncommitted changes"
+    if u.no_op_on:
+        return no_op(u.patch, u.target, u.no_op_on)
+    if u.says_base:
+        return (
+            f"{u.patch} says base-commit {u.says_base}, the {u.target} series applies to {u.applies_to}; "
+            f"re-export it with `sgl-overlay export -t {u.target}`"
+        )
+    return f"{u.target}: {u.path} is blob {u.found}, the series ends at {u.want}"
+
+
+def unproven_line(u: Unproven) -> str:
+    return f"error: {unproven(u)}"
+
+
+def built(wheel: Path) -> str:
+    return f"built {wheel}"
+
+
+def wrote(path: Path) -> str:
+    return f"wrote {path}"
+
+
+def matrix_error(target: str, version: str, error: str) -> str:
+    return f"error: {target} {version}: {error}"
+
+
+def downloading(target: str, requirement: str, file: str = "") -> str:
+    return f"fetch {target}: downloading {requirement}" + (f" ({file})" if file else "")
+
+
+def fetched(target: str, file: str, size: int | None) -> str:
+    """A pinned wheel in the cache: `size` bytes downloaded now, or None: there already."""
+    how = "from cache (sha256 ok)" if size is None else f"{size / 1e6:.1f} MB, sha256 ok"
+    return f"fetch {target}: {file} {how}"
+
+
+INTERRUPTED = "sgl-overlay: interrupted"
+
+
+def failed(line: str) -> str:
+    """How the command line prints a failure's one line."""
+    return f"sgl-overlay: error: {line}"
+
+
+def not_text(exc: UnicodeError) -> str:
+    return f"a file is not valid text ({exc}); restore it from git"
+
+
+def os_error(exc: OSError) -> str:
+    """A file the tool could not use (one no check named before)."""
+    where = f" {exc.filename}" if exc.filename else ""
+    return f"cannot use{where}: {exc.strerror or exc}; check it exists and is readable/writable"
+
+
 def wheel_names(rows: list[list[str]]) -> list[str]:
     """`wheels --print-names`: one line of space-separated fields per wheel, for scripts."""
     return [" ".join(fields) for fields in rows]
+
+
+# Failures: `errors.Why` -> its one line, made from the facts the raising module gives (keyword arguments).
+
+
+def error(e: OverlayError) -> str:
+    """The one line of a failure: what it names and the next step."""
+    return ERRORS[e.why](**e.facts)
+
+
+def preimage_mismatch(m: PreimageMismatch) -> str:
+    if m.found is None:
+        return f"missing file {m.path} (expected blob {m.expected})"
+    return f"{m.path}: expected blob {m.expected}, found {m.found}"
+
+
+def _abort(repo: Path) -> str:
+    return f"sgl-overlay apply --abort --checkout {repo}"
+
+
+def leftover(left: Leftover) -> str:
+    """Another run's lock, a lock whose run is gone, or a killed run's journal."""
+    run = left.run
+    match left.what:
+        case Left.RUNNING:
+            since = time.strftime("%H:%M:%S", time.localtime(run.get("started", 0)))
+            return f"{left.repo} is being changed by {who(run)} since {since} (lock {left.path}); wait for it to finish"
+        case Left.STALE_LOCK:
+            return f"stale lock {left.path} of {who(run)}, which no longer runs; remove it with `{_abort(left.repo)}`"
+    head = str(run.get("head", ""))[:12] or "unknown"
+    return (
+        f"a killed {who(run)} left {left.repo} mid-change (journal {left.path}, HEAD before {head}); "
+        f"roll it back with `{_abort(left.repo)}`"
+    )
+
+
+def am_stop(s: AmStop) -> str:
+    """Why `git am` stopped: its line naming the conflict or error, or the hook that refused."""
+    if s.hook is None:
+        return s.line or "git am failed"
+    return f"the {s.hook.name} hook ({s.hook}) refused it" + (f": {s.line}" if s.line else " (it printed nothing)")
+
+
+def no_wheel_fits(target: str, python: tuple[int, int], covered: list[str]) -> str:
+    return f"no pinned {target} wheel fits Python {python[0]}.{python[1]}; the pins cover {', '.join(covered)}"
+
+
+def no_op(patch: str, target: str, tree: str) -> str:
+    """The refusal of a patch that changes nothing on a pinned tree."""
+    return (
+        f"{patch} changes nothing on {tree}: every file of it there already holds its post-image; "
+        f"record where upstream has it under [targets.{target}.applied_upstream] in patches/manifest.toml "
+        "and drop it from the series"
+    )
+
+
+def not_a_python_version(text: str) -> str:
+    return f"{text!r} is not a Python version like 3.12"
+
+
+def _in_manifest(manifest: Path, target: str) -> str:
+    return f"{manifest}: target {target!r}"
+
+
+def _alone(checkout: Path, fine: list[str]) -> str:
+    """The hint that other targets of this checkout can go in alone."""
+    if not fine:
+        return ""
+    only = " ".join(f"-t {n}" for n in fine)
+    return f"; `sgl-overlay apply {only} --checkout {checkout}` applies {', '.join(fine)} alone"
+
+
+def _corrupt(path: Path, why: object) -> str:
+    return f"corrupt patch file {path} ({why}); restore it with `git checkout -- {path}`"
+
+
+# What a half-finished git operation is, by the file git keeps for it, and the command that ends it.
+GIT_OPERATIONS = {
+    "rebase-apply/applying": ("a `git am` in progress (half-applied series?)", "`git am --abort`"),
+    "rebase-apply": ("a rebase in progress", "`git rebase --abort`"),
+    "rebase-merge": ("a rebase in progress", "`git rebase --abort`"),
+    "MERGE_HEAD": ("a merge in progress", "`git merge --abort`"),
+    "CHERRY_PICK_HEAD": ("a cherry-pick in progress", "`git cherry-pick --abort`"),
+    "REVERT_HEAD": ("a revert in progress", "`git revert --abort`"),
+    "BISECT_LOG": (
+        "a bisect in progress (its next `git bisect good/bad` would judge the overlay's commits)",
+        "`git bisect reset`",
+    ),
+}
+_MAKE_TREES = "run `make trees` (fetch, apply, verify) first"
+_SEE_DESIGN = "see docs/DESIGN.md"
+_RESTORE = "restore it with `git checkout -- {}`"
+
+ERRORS: dict[Why, Callable[..., str]] = {
+    # the command line
+    Why.NO_TREE: lambda target, path: f"no tree for {target} at {path}; run `sgl-overlay fetch` first",
+    Why.USAGE: lambda message, prog: f"{message}; see `{prog} --help`",
+    Why.TERMINATED: lambda signal: f"terminated by signal {signal}",
+    # the manifest
+    Why.NO_MANIFEST: lambda path: (
+        f"no manifest at {path}; pass --patches DIR pointing at the overlay's patches/ folder"
+    ),
+    Why.MANIFEST_NOT_UTF8: lambda path, reason, byte: (
+        f"{path} is not UTF-8 text ({reason} at byte {byte}); {_RESTORE.format(path)}"
+    ),
+    Why.MANIFEST_UNREADABLE: lambda path, reason: f"cannot read {path} ({reason}); check its permissions",
+    Why.MANIFEST_NOT_TOML: lambda path, reason: f"{path} is not valid TOML ({reason}); {_RESTORE.format(path)}",
+    Why.NO_SCHEMA: lambda path, schema: f"{path} lacks `schema = {schema}`; add that line at its top",
+    Why.OTHER_SCHEMA: lambda path, found, schema: (
+        f"{path} is schema {found!r}, this sgl-overlay reads schema {schema}; "
+        "use the sgl-overlay of the checkout the patches come from"
+    ),
+    Why.TARGET_LACKS_KEY: lambda manifest, target, key: (
+        f"{_in_manifest(manifest, target)} lacks key {key!r}; {_SEE_DESIGN}"
+    ),
+    Why.UNKNOWN_KIND: lambda manifest, target, kind, kinds: (
+        f"{_in_manifest(manifest, target)} has unknown kind {kind!r}; use one of {', '.join(kinds)}"
+    ),
+    Why.PATCH_TWICE: lambda manifest, target, patch: (
+        f"{_in_manifest(manifest, target)} lists patch {patch} twice; a series applies each patch once"
+    ),
+    Why.WHEEL_AND_WHEELS: lambda manifest, target: (
+        f"{_in_manifest(manifest, target)} has both `wheel` and `wheels`; keep one ({_SEE_DESIGN})"
+    ),
+    Why.WHEEL_LACKS_KEY: lambda manifest, target, key: (
+        f"{_in_manifest(manifest, target)}: a pinned wheel lacks key {key!r}; {_SEE_DESIGN}"
+    ),
+    Why.BAD_WHEEL_NAME: lambda manifest, target, reason: f"{_in_manifest(manifest, target)}: {reason}",
+    Why.WHEEL_OTHER_VERSION: lambda manifest, target, version, wheel, found: (
+        f"{_in_manifest(manifest, target)} is version {version}, its wheel {wheel} is {found}; "
+        f"pin the wheel of version {version}"
+    ),
+    Why.NO_WHEEL_PINNED: lambda manifest, target: (
+        f"{_in_manifest(manifest, target)} is of kind wheel but pins none; add `wheels` ({_SEE_DESIGN})"
+    ),
+    Why.WHEEL_TWICE: lambda manifest, target: f"{_in_manifest(manifest, target)} pins one wheel file twice",
+    Why.VARIANT_LACKS_KEY: lambda manifest, target, number, key: (
+        f"{_in_manifest(manifest, target)}: variant #{number} lacks key {key!r} (needs patch, file, versions)"
+    ),
+    Why.VARIANT_NOT_LISTED: lambda manifest, target, file, patch: (
+        f"{_in_manifest(manifest, target)}: variant {file} stands in for {patch}, which is not in its patches list"
+    ),
+    Why.VARIANTS_CLASH: lambda patch, version, files: f"{patch}: several variants claim version {version}: {files}",
+    Why.APPLIED_NOT_LISTED: lambda manifest, target, patch: (
+        f"{_in_manifest(manifest, target)}: applied_upstream names {patch}, which is not in its patches list; "
+        "name a patch of the series (a dropped patch needs no entry)"
+    ),
+    Why.BAD_IDENTITY: lambda path, identity: (
+        f"{path}: identity {identity!r} is not `Name <email>`; write it as git shows an author"
+    ),
+    Why.UNKNOWN_TARGET: lambda name, known: f"unknown target {name!r}; known targets: {', '.join(sorted(known))}",
+    # the series
+    Why.MISSING_PATCH: lambda path: (
+        f"missing patch file {path}; restore it with `git checkout -- {path}` or fix patches/manifest.toml"
+    ),
+    Why.CORRUPT_PATCH: lambda path, reason: _corrupt(path, reason),
+    Why.PATCH_NO_SUBJECT: lambda path: _corrupt(path, "no subject found"),
+    Why.PATCH_NO_DIFF: lambda path: _corrupt(path, "no diff found"),
+    Why.PATCH_NO_HUNK: lambda path, file: _corrupt(path, f"no readable hunk for {file}"),
+    Why.NO_INDEX_LINE: lambda path, file: f"corrupt patch file {path}: {file} has no `index` line",
+    Why.NOT_FULL_CONTEXT: lambda patch, file, flag: (
+        f"{patch}: {file} is not written with full-file context; re-export it with `git format-patch {flag}`"
+    ),
+    Why.NOT_TOUCHED: lambda patch, file: f"{patch} does not touch {file}",
+    Why.NO_OP_PATCH: no_op,
+    Why.NO_PATCH_TOUCHES: lambda target, file: f"no patch of {target} touches {file}; fix patches/manifest.toml",
+    Why.LOCK_DISAGREES: lambda target, file, manifest, series: (
+        f"patches/manifest.toml [targets.{target}.preimages] disagrees with the series at {file} "
+        f"(manifest {manifest or 'none'}, series {series or 'none'}); rewrite it from the series with "
+        "`sgl-overlay pins`"
+    ),
+    # running programs and git
+    Why.NO_PROGRAM: lambda program, what: f"{program} does not exist ({what}); pass the path of an existing program",
+    Why.NOT_ON_PATH: lambda program, what: f"{program} is not on PATH ({what}); install it or add it to PATH",
+    Why.CANNOT_RUN: lambda program, what, reason: (
+        f"cannot run {program} ({what}): {reason}; check that it is a working executable"
+    ),
+    Why.FAILED: lambda what, reason: f"{what} failed: {reason}",
+    Why.NO_PATH: lambda path: f"{path} does not exist; pass the root of a git checkout",
+    Why.NOT_GIT: lambda path: (
+        f"not a git directory: {path}; pass the root of a git checkout of "
+        "sgl-project/sglang or kvcache-ai/sglang (or run `sgl-overlay fetch`)"
+    ),
+    Why.GIT_BROKEN: lambda git, reason: (
+        f"{git} does not work as git (`git --version`: {reason}); put a working git first on PATH"
+    ),
+    # a checkout
+    Why.NOT_THAT_TARGET: lambda checkout, missing, found: (
+        f"{checkout} does not hold target {missing} (it holds {', '.join(found)})"
+    ),
+    Why.UNKNOWN_PROJECT: lambda checkout: (
+        f"unknown project in {checkout}: neither python/pyproject.toml names sglang or sglang-kt nor "
+        "sgl-kernel/ is there; pass a checkout of sgl-project/sglang or kvcache-ai/sglang"
+    ),
+    Why.GIT_BUSY: lambda checkout, operation: (
+        f"{checkout} has {GIT_OPERATIONS[operation][0]}; finish it or run {GIT_OPERATIONS[operation][1]} there, "
+        "then try again"
+    ),
+    Why.DIRTY: lambda checkout, count, first: (
+        f"{checkout} has uncommitted changes in {count} file(s) (first: {first}); commit or stash them, then try again"
+    ),
+    Why.COMMIT_MSG_HOOK: lambda checkout, hook: (
+        f"{checkout} has a commit-msg hook ({hook}) that `git am` does not run: the overlay's commits "
+        f"would bypass it; to accept that, `chmod -x {hook}` for this apply and `chmod +x` it after"
+    ),
+    # laying trees out
+    Why.REBUILT_PREIMAGE_DIFFERS: lambda file, patch, found, pinned: (
+        f"pre-image of {file} rebuilt from {patch} hashes to {found}, manifest pins {pinned}; "
+        "the patch was edited by hand: re-export it from the tree"
+    ),
+    Why.NOT_THE_TREE: lambda dest, target: f"{dest} exists but is not the {target} tree; remove it or pass --force",
+    Why.PINNED_PREIMAGE_DIFFERS: lambda target, mismatch: (
+        f"{target}: pinned pre-image differs: {preimage_mismatch(mismatch)}; fix patches/manifest.toml"
+    ),
+    # apply / revert
+    Why.STRICT: lambda differs: strict_refusal(differs),
+    Why.FILE_ABSENT: lambda patch, file, checkout, target, alone: (
+        f"{patch}: missing file {file} in {checkout}; this checkout is not a version the {target} patches "
+        f"support (see `sgl-overlay status`){_alone(checkout, alone)}"
+    ),
+    Why.CONFLICTS: lambda patch, checkout, detail: (
+        f"{patch} conflicts in {checkout}: {detail}; tree left unchanged (see `sgl-overlay status`)"
+    ),
+    Why.HALF_APPLIED: lambda applied, total, target, checkout, first: (
+        f"half-applied series: {applied} of {total} {target} patches are applied in {checkout} ({first}); "
+        "run `sgl-overlay revert` there, then apply again"
+    ),
+    Why.UNTRACKED_IN_THE_WAY: lambda patch, file, checkout: (
+        f"{patch} adds {file}, but an untracked file is there in {checkout}; move it away, "
+        "then apply again (tree left unchanged)"
+    ),
+    Why.AM_FAILED: lambda patch, checkout, stop: (
+        f"{patch or 'the series'} did not apply in {checkout}: {am_stop(stop)}; tree left unchanged "
+        "(see `sgl-overlay status`)"
+    ),
+    Why.REVERT_CONFLICTS: lambda checkout: (
+        f"could not revert the overlay's commits in {checkout}: later commits touch the same lines; tree left "
+        "unchanged: revert them by hand with `git revert`"
+    ),
+    Why.REVERT_NO_IDENTITY: lambda checkout: (
+        f"could not revert the overlay's commits in {checkout}: git has no identity for the revert commits; "
+        "set it with `git config user.name NAME` and `git config user.email EMAIL`, then revert again "
+        "(tree left unchanged)"
+    ),
+    Why.REVERT_FAILED: lambda checkout, reason: (
+        f"could not revert the overlay's commits in {checkout}: {reason}; tree left unchanged"
+    ),
+    # the lock and the journal
+    Why.LEFTOVER: lambda left: leftover(left),
+    Why.LOCK_RACE: lambda lock: f"{lock} appeared and went; try again",
+    Why.CANNOT_LOCK: lambda lock, repo, reason: (
+        f"cannot create {lock} ({reason}); {repo} must be writable to change it"
+    ),
+    Why.LOCK_HELD: lambda lock: f"{lock} is held",
+    Why.CANNOT_JOURNAL: lambda journal, repo, reason: f"cannot write {journal} ({reason}); {repo} must be writable",
+    Why.BAD_JOURNAL: lambda journal, repo, lock: (
+        f"unreadable journal {journal}; check `git log` in {repo}, then remove it and {lock}"
+    ),
+    Why.FOREIGN_COMMITS: lambda repo, run, first, journal, lock, head: (
+        f"{repo} has commits the killed {who(run)} did not make (first: {first[:60]}); to keep them, "
+        f"`rm {journal} {lock}`; to drop them, `git reset --hard {head[:12]}` there, then abort again"
+    ),
+    Why.INTERRUPTED: lambda command, repo, head: (
+        f"interrupted: {command} rolled back, {repo} is as before (HEAD {head[:12]})"
+    ),
+    # fetch, export, wheels, doctor, matrix
+    Why.DOWNLOAD_FAILED: lambda requirement, reason: (
+        f"pip could not download {requirement}: {reason}; check the network, or put the wheel into the cache "
+        "folder by hand"
+    ),
+    Why.DISK_FULL: lambda requirement, folder, free: (
+        f"pip could not download {requirement}: only {free // (1024 * 1024)} MB free in {folder}, and pip reports "
+        "a full disk as a connectivity problem; free some space and run again"
+    ),
+    Why.OFFLINE_NOT_CACHED: lambda file, cache: (
+        f"{file} is not in the cache {cache} and --offline was given; run `sgl-overlay fetch` online once"
+    ),
+    Why.OTHER_WHEEL_DOWNLOADED: lambda got, requirement, file: (
+        f"pip downloaded {got} for {requirement}, the manifest pins {file}; check the pin in patches/manifest.toml"
+    ),
+    Why.SHA256_MISMATCH: lambda file, expected, found, dest: (
+        f"sha256 mismatch for {file}: expected {expected}, found {found}; delete {dest} and run "
+        "`sgl-overlay fetch` again (or check the pin in patches/manifest.toml)"
+    ),
+    Why.SEVERAL_CACHED: lambda dist, version, cache, files: (
+        f"several wheels of {dist} {version} in {cache}: {files}; keep one"
+    ),
+    Why.OFFLINE_NO_VERSION: lambda dist, version, cache: (
+        f"no wheel of {dist} {version} in {cache} and --offline was given"
+    ),
+    Why.NO_TREE_TO_EXPORT: lambda target, tree: (
+        f"no tree for {target} at {tree}; run `sgl-overlay fetch` and `apply` first"
+    ),
+    Why.EXPORT_NAMES_DIFFER: lambda target, names, listed: (
+        f"the {target} tree's commits export as {names}, the manifest lists {listed}; update `patches` in "
+        "patches/manifest.toml"
+    ),
+    Why.NO_TRAILER: lambda target, patch, key: (
+        f"{target}: the message of {patch} has no `{key}:` trailer; end it with `{BUG}: <issue URL>` and "
+        f"`{FORWARDED}: <pull request URL>` (`{NOT_YET}` where there is none: `git rebase -i {BASE_TAG}`, reword), "
+        "then export again"
+    ),
+    Why.NO_WHEEL_FITS: no_wheel_fits,
+    Why.STOCK_WHEEL_DIFFERS: lambda wheel, rel, found, want, file: (
+        f"{wheel}: {rel} is {f'blob {found}' if found else 'absent'}, the manifest pins "
+        f"{f'blob {want}' if want else 'absent (the series adds it)'} for {file}; the series is proven on the "
+        "pinned pre-images only: unpin this wheel in patches/manifest.toml or port the series to it"
+    ),
+    Why.TREE_NOT_VERIFIED: lambda problem: f"{unproven(problem)}; {_MAKE_TREES}",
+    Why.TREE_LACKS_FILE: lambda tree, file: f"{tree} lacks {file} at HEAD; {_MAKE_TREES}",
+    Why.WHEEL_NOT_PACKED: lambda made: f"`wheel pack` did not write {made}; is the wheel package >= 0.46 installed?",
+    Why.NOT_A_PROJECT: lambda targets, kernel: (
+        f"`wheels --checkout` builds the python/ package (sglang or sglang-kt), not {', '.join(targets)}; the "
+        f"kernel wheel needs CUDA: build it with `pip wheel --no-deps {kernel}` on a GPU machine"
+    ),
+    Why.NOT_APPLIED_YET: lambda patch, state, checkout: (
+        f"{patch} is {state.value} in {checkout}; run `sgl-overlay apply --checkout {checkout}` first"
+    ),
+    Why.SOURCE_READ_ONLY: lambda source: (
+        f"{source} is read-only and upstream's build writes build/ and *.egg-info there; build from a writable "
+        "copy of the checkout"
+    ),
+    Why.BUILD_FAILED: lambda source, reason: f"upstream's build of {source} failed: {reason}",
+    Why.NO_WHEEL_BUILT: lambda source: f"pip wheel produced no wheel from {source}",
+    Why.NO_VERSION_TAGS: lambda name, version: (
+        f"upstream's build gave {name} version {version} (its fallback when it finds no version, e.g. a clone "
+        "without tags); fetch the release tags (`git fetch --tags`) and build again"
+    ),
+    Why.SITE_NOT_A_FOLDER: lambda site: f"--site {site} is not a folder; pass the DIR of `pip install --target DIR`",
+    Why.MATRIX_UNEXPECTED_STATE: lambda patch, state: f"{patch}: unexpected state {state.value} in a fresh matrix tree",
+    Why.VERSIONS_UNKNOWN_TARGET: lambda name, selected: (
+        f"--versions names {name!r}, which is not among the selected targets ({', '.join(selected)})"
+    ),
+    Why.VERSIONS_NEED_TARGET: lambda value: (
+        f"--versions {value}: name the target (T=V1,V2) or pass exactly one --target"
+    ),
+}

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from sgl_overlay import wording
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.states import ScratchIndex
 from synth import MODEL_PY, cli, clone, edit_line, git, make_overlay, make_upstream, make_wheel, snapshot, write
@@ -269,8 +270,11 @@ def test_scratch_index_that_cannot_be_read_leaves_nothing(tmp_path: Path, monkey
     temp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
     co = _checkout(tmp_path, make_overlay(tmp_path))
-    with pytest.raises(OverlayError, match=r"git read-tree deadbeef in .* failed: fatal: Not a valid object name"):
+    with pytest.raises(OverlayError) as raised:
         ScratchIndex(co, "deadbeef")
+    assert re.fullmatch(
+        r"git read-tree deadbeef in .* failed: fatal: Not a valid object name deadbeef", wording.error(raised.value)
+    )
     assert not list(temp.iterdir())
 
 
@@ -305,13 +309,13 @@ def test_download_failure_names_a_full_disk(tmp_path: Path, monkeypatch: pytest.
     with pytest.raises(OverlayError) as err:
         fetch.download("sglang==0.5.23", "sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl", tmp_path)
     if free_mb < 512:
-        assert str(err.value) == (
+        assert wording.error(err.value) == (
             f"pip could not download sglang==0.5.23: only {free_mb} MB free in {tmp}, and pip reports a full "
             "disk as a connectivity problem; free some space and run again"
         )
     else:
         # enough space: pip's own error line, not its guess about the network
-        assert str(err.value) == (
+        assert wording.error(err.value) == (
             "pip could not download sglang==0.5.23: Download failed after 6 attempts because not enough bytes "
             "were received (2.1 MB/39.1 MB); "
             "check the network, or put the wheel into the cache folder by hand"

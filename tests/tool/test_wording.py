@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from sgl_overlay import wording
+from sgl_overlay.errors import OverlayError, Why
 from sgl_overlay.operations import (
     AlreadyIn,
     ApplyReport,
@@ -21,6 +23,7 @@ from sgl_overlay.operations import (
     Uncommitted,
 )
 from sgl_overlay.states import PatchStatus, Standing, State
+from sgl_overlay.transaction import Left, Leftover
 from sgl_overlay.tree import PreimageMismatch
 
 CO = Path("/co")
@@ -28,12 +31,14 @@ P1 = SimpleNamespace(label="sglang/0001-a.patch", applied_upstream="", forwarded
 P2 = SimpleNamespace(label="sglang/0002-b.patch", applied_upstream="", forwarded="")
 DIFFERS = PreimageDiffers("sglang", PreimageMismatch("python/sglang/a.py", "aaaa", "bbbb"))
 SHA = "0123456789abcdef0123"
+LOCK = Path("/co/.git/sgl-overlay.lock")
+TEN = time.mktime((2026, 1, 1, 10, 0, 0, 0, 0, -1))  # 10:00:00 local time
 
 
 def test_status_lines():
     report = StatusReport(
         CO,
-        busy="/co is being changed by apply (pid 7) since 10:00:00",
+        busy=Leftover(Left.RUNNING, CO, LOCK, {"pid": 7, "command": "apply", "started": TEN}),
         uncommitted=Uncommitted(3, 1, "python/sglang/a.py"),
         targets=[
             TargetStatus(
@@ -44,7 +49,8 @@ def test_status_lines():
         warnings=[DIFFERS],
     )
     assert wording.status_lines(report) == [
-        "note: /co is being changed by apply (pid 7) since 10:00:00",
+        "note: /co is being changed by `sgl-overlay apply` (pid 7) since 10:00:00 (lock /co/.git/sgl-overlay.lock); "
+        "wait for it to finish",
         "note: 3 file(s) have uncommitted changes (1 touched by the patches; first: python/sglang/a.py): the states "
         "below read the working files, not HEAD; apply and revert refuse until they are committed or stashed",
         "sglang in /co:",
@@ -108,10 +114,11 @@ def test_every_standing_has_its_own_line():
 
 def test_check_lines():
     note = _note(Standing.APPLIED)
-    assert wording.check_lines(CheckReport(CO, refused="sglang/0001-a.patch conflicts")) == [
-        "would fail: sglang/0001-a.patch conflicts"
+    conflicts = OverlayError(Why.CONFLICTS, patch="sglang/0001-a.patch", checkout=CO, detail="x:1")
+    assert wording.check_lines(CheckReport(CO, refused=conflicts)) == [
+        "would fail: sglang/0001-a.patch conflicts in /co: x:1; tree left unchanged (see `sgl-overlay status`)"
     ]
-    assert not CheckReport(CO, refused="x").ok
+    assert not CheckReport(CO, refused=conflicts).ok
     assert wording.check_lines(CheckReport(CO, warnings=[DIFFERS], pending=2, notes=[note])) == [
         "warning: sglang: pre-image differs: python/sglang/a.py: expected blob aaaa, found bbbb",
         "ok: 2 patch(es) would apply to /co",
