@@ -1,7 +1,8 @@
 """Every sentence the tool prints: the lines of what the commands report (apply / check / status / revert,
 doctor, fetch, export, pins, verify, wheels, apply --abort) and the one line of each failure (`error`, from
 an `errors.Why` and its facts). It reads the reports' and errors' fields only; at run time it imports
-`errors`, `states` and `transaction` (for their enums), so every module above those may call it."""
+`errors`, `states` and `transaction` (for their enums) and `series` and `tree` (for names a line quotes),
+so every module above those may call it."""
 
 from __future__ import annotations
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from sgl_overlay import wording
+from sgl_overlay import gitutil, wording
 from sgl_overlay.errors import OverlayError, Why
 from sgl_overlay.operations import (
     AlreadyIn,
@@ -23,8 +25,9 @@ from sgl_overlay.operations import (
     Uncommitted,
 )
 from sgl_overlay.states import PatchStatus, Standing, State
-from sgl_overlay.transaction import Left, Leftover
+from sgl_overlay.transaction import AmStop, Left, Leftover
 from sgl_overlay.tree import PreimageMismatch
+from sgl_overlay.verify import Unproven
 
 CO = Path("/co")
 P1 = SimpleNamespace(label="sglang/0001-a.patch", applied_upstream="", forwarded="https://example.com/pull/1")
@@ -223,3 +226,74 @@ def test_abort_lines():
         "it had done sglang/0001-a.patch"
     )
     assert wording.who({}) == "`sgl-overlay ?` (pid ?)"
+
+
+def test_every_failure_has_one_line():
+    assert set(wording.ERRORS) == set(Why)
+
+
+def _raise_sites() -> list[tuple[str, int, Why, set[str], bool]]:
+    """Each call in the tool's modules that names a `Why`: (module, line, why, fact names, has a ** splat)."""
+    sites = []
+    for path in sorted((Path(wording.__file__).parent).glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            kinds = [
+                Why[n.attr]
+                for arg in node.args
+                for n in ast.walk(arg)
+                if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "Why"
+            ]
+            names = {k.arg for k in node.keywords if k.arg}
+            splat = any(k.arg is None for k in node.keywords)
+            sites += [(path.stem, node.lineno, why, names, splat) for why in kinds]
+    return sites
+
+
+def test_each_failure_is_raised_with_the_facts_its_line_takes():
+    """A fact its line does not take, or (with no ** of shared facts) one it lacks, is a typo waiting for a user."""
+    sites = _raise_sites()
+    wrong = []
+    for mod, line, why, names, splat in sites:
+        takes = set(inspect.signature(wording.ERRORS[why]).parameters)
+        if names - takes or (not splat and names != takes):
+            wrong.append(f"{mod}:{line} {why.name} gives {sorted(names)}, its line takes {sorted(takes)}")
+    assert wrong == []
+    assert {why for _, _, why, _, _ in sites} == set(Why)  # no kind is left that nothing raises
+
+
+def test_git_operations_are_worded():
+    assert set(wording.GIT_OPERATIONS) == set(gitutil.OPERATION_FILES)
+
+
+def test_failure_data_lines():
+    run = {"pid": 7, "command": "apply", "started": TEN, "head": SHA}
+    journal = Path("/co/.git/sgl-overlay-journal.json")
+    assert wording.leftover(Leftover(Left.STALE_LOCK, CO, LOCK, run)) == (
+        "stale lock /co/.git/sgl-overlay.lock of `sgl-overlay apply` (pid 7), which no longer runs; remove it "
+        "with `sgl-overlay apply --abort --checkout /co`"
+    )
+    assert wording.leftover(Leftover(Left.JOURNAL, CO, journal, run)) == (
+        "a killed `sgl-overlay apply` (pid 7) left /co mid-change (journal /co/.git/sgl-overlay-journal.json, "
+        "HEAD before 0123456789ab); roll it back with `sgl-overlay apply --abort --checkout /co`"
+    )
+    assert wording.leftover(Leftover(Left.JOURNAL, CO, journal, {})).endswith(
+        "(journal /co/.git/sgl-overlay-journal.json, HEAD before unknown); roll it back with "
+        "`sgl-overlay apply --abort --checkout /co`"
+    )
+    hook = Path("/co/.git/hooks/pre-applypatch")
+    assert wording.am_stop(AmStop("")) == "git am failed"
+    assert wording.am_stop(AmStop("", hook)) == f"the pre-applypatch hook ({hook}) refused it (it printed nothing)"
+    assert wording.am_stop(AmStop("no", hook)) == f"the pre-applypatch hook ({hook}) refused it: no"
+    failed = OverlayError(Why.AM_FAILED, patch=None, checkout=CO, stop=AmStop("error: patch failed: a.py:3"))
+    assert wording.error(failed) == (
+        "the series did not apply in /co: error: patch failed: a.py:3; tree left unchanged (see `sgl-overlay status`)"
+    )
+    assert wording.unproven(Unproven("sglang", base=PreimageMismatch("a.py", "aaaa", None))) == (
+        "sglang base: missing file a.py (expected blob aaaa)"
+    )
+    assert wording.unproven(Unproven("sglang", path="a.py", found="bbbb", want="cccc")) == (
+        "sglang: a.py is blob bbbb, the series ends at cccc"
+    )
+    assert wording.unproven(Unproven("sglang", dirty=CO)) == "sglang: /co has uncommitted changes"
