@@ -142,13 +142,11 @@ def lay_out_version(target: Target, spec: MatrixSpec, version: str, opts: Option
         transaction.discard_leftovers(dest)
         transaction.rollback(dest, gitutil.out(dest, "rev-parse", tree.BASE_TAG))
         gitutil.git(dest, "clean", "-qfdx")
-        line = f"{dest} reused"
+        laid = None
     else:
-        line = wording.laid_out(
-            tree.lay_out(at_version, dest, wheel, series, force=True, check_pins=version == target.pinned)
-        )
+        laid = tree.lay_out(at_version, dest, wheel, series, force=True, check_pins=version == target.pinned)
         gitutil.git(dest, "config", "sgl-overlay.matrix-sha256", made_by)
-    log(f"matrix {target.name} {version}: {line} ({time.monotonic() - t0:.1f} s)")
+    log(wording.matrix_tree(target.name, version, dest, laid, time.monotonic() - t0))
     return _VersionTree(dest, series, dict(zip(files, target.patches)), run)
 
 
@@ -297,7 +295,7 @@ class _TestRunner:
         t0 = time.monotonic()
         result = run_patch_tests(self.python, vt.path, files, extra_path=self.extra_path, pytest_args=self.pytest_args)
         took = time.monotonic() - t0
-        self.log(f"matrix {vt.series.target.name} {vt.run.version}: {patch.label} tests {result.result} ({took:.1f} s)")
+        self.log(wording.matrix_tests(vt.series.target.name, vt.run.version, patch.label, result.result, took))
         return result
 
 
@@ -376,20 +374,20 @@ def run_target(target: Target, spec: MatrixSpec, opts: Options, log: Log = print
     try:  # the pinned tree first: its blobs seed every other version's 3-way merges
         pinned = lay_out_version(target, spec, target.pinned, opts, log)
     except OverlayError as exc:  # nothing can be compared without the pin
-        run.versions = [VersionRun(version=v, error=f"pinned tree: {wording.error(exc)}") for v in versions]
-        log(f"matrix {target.name}: error: {wording.error(exc)}")
+        run.versions = [VersionRun(version=v, error=wording.pinned_tree_failed(exc)) for v in versions]
+        log(wording.matrix_failed(target.name, None, exc))
         return run
     for version in versions:
         try:
             vt = pinned if version == target.pinned else lay_out_version(target, spec, version, opts, log)
         except OverlayError as exc:  # recorded; the run goes on and fails at the end
             run.versions.append(VersionRun(version=version, error=wording.error(exc)))
-            log(f"matrix {target.name} {version}: error: {wording.error(exc)}")
+            log(wording.matrix_failed(target.name, version, exc))
             continue
         run.versions.append(vt.run)
         if target.patches:
             run_version(vt, pinned.path, tests)
-            log(f"matrix {target.name} {version}: " + ", ".join(f"{k}={c.outcome}" for k, c in vt.run.cells.items()))
+            log(wording.matrix_cells(target.name, version, {k: c.outcome for k, c in vt.run.cells.items()}))
     return run
 
 
@@ -406,7 +404,7 @@ def run_matrix(
         runs.append(run_target(target, dataclasses.replace(target.matrix, versions=wanted), opts, log))
     done = [v for r in runs for v in r.versions]
     cells = sum(len(v.cells) for v in done)
-    log(f"matrix: {len(runs)} target(s), {len(done)} version(s), {cells} cell(s) in {time.monotonic() - t0:.0f} s")
+    log(wording.matrix_done(len(runs), len(done), cells, time.monotonic() - t0))
     return runs
 
 

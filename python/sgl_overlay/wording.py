@@ -221,6 +221,33 @@ def wrote(path: Path) -> str:
     return f"wrote {path}"
 
 
+def matrix_tree(target: str, version: str, dest: Path, laid: LaidOut | None, seconds: float) -> str:
+    """A version's tree for the matrix: reused (`laid` None) or laid out now."""
+    what = f"{dest} reused" if laid is None else laid_out(laid)
+    return f"matrix {target} {version}: {what} ({seconds:.1f} s)"
+
+
+def matrix_tests(target: str, version: str, patch: str, result: object, seconds: float) -> str:
+    return f"matrix {target} {version}: {patch} tests {result} ({seconds:.1f} s)"
+
+
+def matrix_cells(target: str, version: str, outcomes: dict[str, object]) -> str:
+    return f"matrix {target} {version}: " + ", ".join(f"{patch}={o}" for patch, o in outcomes.items())
+
+
+def matrix_failed(target: str, version: str | None, e: OverlayError) -> str:
+    """A version the matrix could not cover (None: the pinned tree, without which it covers none)."""
+    return f"matrix {target}{f' {version}' if version else ''}: error: {error(e)}"
+
+
+def pinned_tree_failed(e: OverlayError) -> str:
+    return f"pinned tree: {error(e)}"
+
+
+def matrix_done(targets: int, versions: int, cells: int, seconds: float) -> str:
+    return f"matrix: {targets} target(s), {versions} version(s), {cells} cell(s) in {seconds:.0f} s"
+
+
 def matrix_error(target: str, version: str, error: str) -> str:
     return f"error: {target} {version}: {error}"
 
