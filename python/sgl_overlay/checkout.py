@@ -47,13 +47,24 @@ MOVES = (
 
 
 @dataclass(frozen=True)
+class Aside:
+    """Why a plain command leaves a found target alone: its folder moved (`moved`), or `folder` here is the
+    project's own copy (`project`: the checkout's upstream, `upstream`: the target's)."""
+
+    moved: Placement | None = None
+    folder: str = ""
+    project: str = ""
+    upstream: str = ""
+
+
+@dataclass(frozen=True)
 class Checkout:
     path: Path
     targets: tuple[Target, ...]
     laid_out: bool  # a tree `sgl-overlay fetch` laid out: its commits get the tool's fixed identity (run_am)
     # Targets a plain command reports on but does not apply: name -> why (e.g. a fork's own
     # copy of sgl-kernel/). `-t NAME` makes one required again.
-    optional: dict[str, str] = field(default_factory=dict)
+    optional: dict[str, Aside] = field(default_factory=dict)
     placements: dict[str, Placement] = field(default_factory=dict)
     series: dict[str, Series] = field(default_factory=dict)  # each target's patches, read once
 
@@ -92,13 +103,13 @@ def _project(repo: Path, manifest: Manifest) -> Target | None:
     return next((t for t in projects if t.project_name == name), None)
 
 
-def _found(repo: Path, manifest: Manifest) -> tuple[list[Target], dict[str, str], dict[str, Placement]]:
+def _found(repo: Path, manifest: Manifest) -> tuple[list[Target], dict[str, Aside], dict[str, Placement]]:
     """One project target plus the component targets (marker only) whose files are there.
     A component is optional when it comes from another upstream than the project (a fork's
     own copy) or sits in a moved folder (the patch was written for the old place)."""
     project = _project(repo, manifest)
     found = [project] if project else []
-    optional: dict[str, str] = {}
+    optional: dict[str, Aside] = {}
     placements: dict[str, Placement] = {}
     for t in manifest.targets.values():
         if t.project_name or not t.marker:
@@ -109,11 +120,11 @@ def _found(repo: Path, manifest: Manifest) -> tuple[list[Target], dict[str, str]
         found.append(t)
         if placed is not SAME_PLACE:
             placements[t.name] = placed
-            optional[t.name] = f"{placed.why}; its patches map there"
+            optional[t.name] = Aside(moved=placed)
         elif project and project.upstream != t.upstream:
-            top = t.marker.split("/")[0]
-            optional[t.name] = (
-                f"{top}/ here is {_repo_name(project.upstream)}'s own copy, not {_repo_name(t.upstream)}'s"
+            folder = t.marker.split("/")[0]
+            optional[t.name] = Aside(
+                folder=folder, project=_repo_name(project.upstream), upstream=_repo_name(t.upstream)
             )
     return found, optional, placements
 

@@ -11,7 +11,7 @@ from itertools import groupby
 from pathlib import Path
 
 from sgl_overlay import gitutil, subproc, transaction
-from sgl_overlay.checkout import Checkout, ensure_hooks_run, ensure_writable
+from sgl_overlay.checkout import Aside, Checkout, ensure_hooks_run, ensure_writable
 from sgl_overlay.errors import OverlayError, Why
 from sgl_overlay.manifest import Target
 from sgl_overlay.series import Patch
@@ -70,7 +70,7 @@ class Uncommitted:
 @dataclass(frozen=True)
 class TargetStatus:
     name: str
-    optional: str | None  # why a plain apply leaves the target alone (see Checkout.optional), None: required
+    optional: Aside | None  # why a plain apply leaves the target alone (see Checkout.optional), None: required
     rows: list[PatchStatus]
 
 
@@ -117,7 +117,7 @@ class OptionalNote:
 
     path: Path
     target: str
-    why: str
+    why: Aside
     standing: Standing
     rows: list[PatchStatus]
     bad: PatchStatus | None = None  # the absent or conflicting patch

@@ -19,6 +19,7 @@ from sgl_overlay.tree import BASE_TAG
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from sgl_overlay.checkout import Aside
     from sgl_overlay.doctor import DoctorReport
     from sgl_overlay.operations import (
         AlreadyIn,
@@ -55,7 +56,7 @@ def status_lines(r: StatusReport) -> list[str]:
             "they are committed or stashed"
         )
     for t in r.targets:
-        note = f" (optional here: {t.optional}; only `-t {t.name}` applies it)" if t.optional else ""
+        note = f" (optional here: {aside(t.optional)}; only `-t {t.name}` applies it)" if t.optional else ""
         lines.append(f"{t.name} in {r.path}{note}:")
         for row in t.rows:
             extra = row.commit[:12] if row.commit else row.detail
@@ -86,9 +87,16 @@ def already_in(a: AlreadyIn) -> str:
     return f"already applied: {a.applied} patch(es), already upstream: {a.upstream}, in {a.path}; nothing to do"
 
 
+def aside(a: Aside) -> str:
+    """Why a plain command leaves a target alone."""
+    if a.moved is not None:
+        return f"{a.moved.why}; its patches map there"
+    return f"{a.folder}/ here is {a.project}'s own copy, not {a.upstream}'s"
+
+
 def optional_note(n: OptionalNote) -> str:
     """One line on a target a plain apply leaves alone: what its patches would do here."""
-    name, why = n.target, n.why
+    name, why = n.target, aside(n.why)
     match n.standing:
         case Standing.APPLIED:
             return f"{name}: applied here too ({why})"

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from sgl_overlay import gitutil, wording
+from sgl_overlay.checkout import MOVES, Aside
 from sgl_overlay.errors import OverlayError, Why
 from sgl_overlay.operations import (
     AlreadyIn,
@@ -34,6 +35,8 @@ P1 = SimpleNamespace(label="sglang/0001-a.patch", applied_upstream="", forwarded
 P2 = SimpleNamespace(label="sglang/0002-b.patch", applied_upstream="", forwarded="")
 DIFFERS = PreimageDiffers("sglang", PreimageMismatch("python/sglang/a.py", "aaaa", "bbbb"))
 SHA = "0123456789abcdef0123"
+FORK = Aside(folder="sgl-kernel", project="kvcache-ai/sglang", upstream="sgl-project/sglang")
+WHY = "sgl-kernel/ here is kvcache-ai/sglang's own copy, not sgl-project/sglang's"  # wording.aside(FORK)
 LOCK = Path("/co/.git/sgl-overlay.lock")
 TEN = time.mktime((2026, 1, 1, 10, 0, 0, 0, 0, -1))  # 10:00:00 local time
 
@@ -47,7 +50,7 @@ def test_status_lines():
             TargetStatus(
                 "sglang", None, [PatchStatus(P1, State.APPLIED, commit=SHA), PatchStatus(P2, State.CONFLICTING, "x:1")]
             ),
-            TargetStatus("sgl-kernel", "a fork's copy", [PatchStatus(P1, State.APPLICABLE)]),
+            TargetStatus("sgl-kernel", FORK, [PatchStatus(P1, State.APPLICABLE)]),
         ],
         warnings=[DIFFERS],
     )
@@ -60,14 +63,14 @@ def test_status_lines():
         "  applied              sglang/0001-a.patch  (0123456789ab)  upstream: not applied, forwarded as "
         "https://example.com/pull/1",
         "  conflicting          sglang/0002-b.patch  (x:1)  upstream: not applied, not forwarded",
-        "sgl-kernel in /co (optional here: a fork's copy; only `-t sgl-kernel` applies it):",
+        f"sgl-kernel in /co (optional here: {WHY}; only `-t sgl-kernel` applies it):",
         "  applicable           sglang/0001-a.patch  upstream: not applied, forwarded as https://example.com/pull/1",
         "warning: sglang: pre-image differs: python/sglang/a.py: expected blob aaaa, found bbbb",
     ]
     assert not report.ok  # a required patch conflicts; the optional target's state does not count
     merged = SimpleNamespace(label="sglang/0001-a.patch", applied_upstream="0.5.24", forwarded="https://e.com/pull/1")
     assert wording.upstream_of(merged) == "upstream: applied in 0.5.24"
-    assert StatusReport(CO, None, None, [TargetStatus("k", "why", [PatchStatus(P1, State.ABSENT)])], []).ok
+    assert StatusReport(CO, None, None, [TargetStatus("k", FORK, [PatchStatus(P1, State.ABSENT)])], []).ok
 
 
 @pytest.mark.parametrize(
@@ -88,7 +91,7 @@ def test_already_in(applied, upstream, line):
 
 
 def _note(standing: Standing, **kw) -> OptionalNote:
-    return OptionalNote(CO, "sgl-kernel", "a fork's copy", standing, [PatchStatus(P1, State.UPSTREAM)], **kw)
+    return OptionalNote(CO, "sgl-kernel", FORK, standing, [PatchStatus(P1, State.UPSTREAM)], **kw)
 
 
 def test_every_standing_has_its_own_line():
@@ -97,16 +100,16 @@ def test_every_standing_has_its_own_line():
         s: wording.optional_note(_note(s, bad=bad, differs=BlobDiffers("k/x.cu", SHA, "f" * 40))) for s in Standing
     }
     assert lines == {
-        Standing.APPLIED: "sgl-kernel: applied here too (a fork's copy)",
-        Standing.IN: "sgl-kernel: already in here (a fork's copy; already upstream)",
-        Standing.ABSENT: "sgl-kernel: not applied (a fork's copy); sglang/0001-a.patch needs sgl-kernel/csrc/x.cu, "
+        Standing.APPLIED: f"sgl-kernel: applied here too ({WHY})",
+        Standing.IN: f"sgl-kernel: already in here ({WHY}; already upstream)",
+        Standing.ABSENT: f"sgl-kernel: not applied ({WHY}); sglang/0001-a.patch needs sgl-kernel/csrc/x.cu, "
         "which is not here",
-        Standing.CONFLICTS: "sgl-kernel: not applied (a fork's copy); its patch conflicts here: k/x.cu is blob "
+        Standing.CONFLICTS: f"sgl-kernel: not applied ({WHY}); its patch conflicts here: k/x.cu is blob "
         "0123456789ab, the patch is written for ffffffffffff; it needs a variant for this file (`sgl-overlay "
         "status` names the hunk)",
-        Standing.HALF_APPLIED: "sgl-kernel: half-applied here (a fork's copy); run `sgl-overlay revert -t "
+        Standing.HALF_APPLIED: f"sgl-kernel: half-applied here ({WHY}); run `sgl-overlay revert -t "
         "sgl-kernel --checkout /co`",
-        Standing.APPLIES: "sgl-kernel: not applied (a fork's copy); its patch applies here: add it with "
+        Standing.APPLIES: f"sgl-kernel: not applied ({WHY}); its patch applies here: add it with "
         "`sgl-overlay apply -t sgl-kernel --checkout /co`",
     }
     assert wording.optional_note(_note(Standing.CONFLICTS)).endswith(
@@ -125,7 +128,7 @@ def test_check_lines():
     assert wording.check_lines(CheckReport(CO, warnings=[DIFFERS], pending=2, notes=[note])) == [
         "warning: sglang: pre-image differs: python/sglang/a.py: expected blob aaaa, found bbbb",
         "ok: 2 patch(es) would apply to /co",
-        "sgl-kernel: applied here too (a fork's copy)",
+        f"sgl-kernel: applied here too ({WHY})",
     ]
     assert wording.check_lines(CheckReport(CO, already=AlreadyIn(CO, 1, 0))) == [
         "ok: already applied: 1 patch(es) in /co; nothing to do"
@@ -146,7 +149,7 @@ def test_apply_lines():
     nothing = ApplyReport(CO, [], [_note(Standing.IN)], already=AlreadyIn(CO, 0, 1))
     assert wording.apply_lines(nothing) == [
         "already upstream: 1 patch(es) in /co (the files hold their change, not from overlay commits); nothing to do",
-        "sgl-kernel: already in here (a fork's copy; already upstream)",
+        f"sgl-kernel: already in here ({WHY}; already upstream)",
     ]
 
 
@@ -226,6 +229,13 @@ def test_abort_lines():
         "it had done sglang/0001-a.patch"
     )
     assert wording.who({}) == "`sgl-overlay ?` (pid ?)"
+
+
+def test_aside():
+    assert wording.aside(FORK) == WHY
+    assert wording.aside(Aside(moved=MOVES[0])) == (
+        "sgl-project/sglang moved sgl-kernel/ to python/sglang/kernels/aot/ (2026-07-29); its patches map there"
+    )
 
 
 def test_every_failure_has_one_line():
