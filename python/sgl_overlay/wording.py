@@ -256,8 +256,9 @@ def matrix_done(targets: int, versions: int, cells: int, seconds: float) -> str:
     return f"matrix: {targets} target(s), {versions} version(s), {cells} cell(s) in {seconds:.0f} s"
 
 
-def matrix_error(target: str, version: str, error: str) -> str:
-    return f"error: {target} {version}: {error}"
+def matrix_error(target: str, version: str, message: str) -> str:
+    """A version the matrix could not cover, in the closing list of `matrix`."""
+    return f"error: {target} {version}: {message}"
 
 
 def downloading(target: str, requirement: str, file: str = "") -> str:
