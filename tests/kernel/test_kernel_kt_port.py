@@ -4,7 +4,7 @@ sgl-kernel 0001 gives upstream (so sgl_kernel_ext's build and GPU tests cover th
 nvcc compiles it against this venv's torch with the exact kernels for 16/32/64/72 and the one fallback.
 
 Reads the laid-out trees (`sgl-overlay fetch && sgl-overlay apply`). The compile is one architecture
-(sm_90), one object file: 1-3 min on two cores, most of it torch's headers. No stubs.
+(sm_90), one object file: 1-4 min on two cores, most of it torch's headers. No stubs.
 """
 
 from __future__ import annotations
