@@ -60,7 +60,7 @@ if spec is not None and spec.submodule_search_locations:
                          if any(f.parts[:2] == ("sgl_kernel", "__init__.py") for f in d.files or ())})
     kernel = {"where": where, "version": version, "owners": owners}
 ext = None  # loading the extension needs torch and its CUDA libraries, not a GPU
-if "sgl-kernel-ext" in dists:
+if "sgl-kernel-ext" in dists and torch_version is not None:
     try:
         import sgl_kernel_ext
         ext = {"loaded": sgl_kernel_ext.ensure_loaded(), "list_entry_point": hasattr(sgl_kernel_ext, "list_entry_point")}
@@ -143,15 +143,16 @@ def check_python_target(
 
 
 def _ext_findings(data: dict, fix: str, pin: str | None) -> list[Finding]:
-    """sgl_kernel_ext installed, and loading with this environment's torch (what it was built for)."""
+    """sgl_kernel_ext installed, and loading with this environment's torch (what it was built for); the
+    load is not checked where no torch is installed (nothing can serve there; an image's stand-in)."""
     dists = data["dists"]
     findings = [
         Finding("sgl-kernel", f"{EXT_DIST} installed (copy_to_gpu_no_ce for any N <= 512)", EXT_DIST in dists, fix)
     ]
-    if EXT_DIST not in dists:
+    torch = data.get("torch")
+    if EXT_DIST not in dists or torch is None:
         return findings
     built_for = routes.torch_pin(dists[EXT_DIST].get("requires"))
-    torch = data.get("torch")
     ext = data.get("ext") or {}
     what = f"{EXT_DIST} {dists[EXT_DIST]['version']} (built for torch{built_for or ' of any version'}) loads with torch {torch}"
     ok = "error" not in ext and routes.pin_allows(built_for, torch)

@@ -64,3 +64,12 @@ def test_torch_pin_against_the_installed_torch(pin, torch, allowed):
         routes.torch_pin(["numpy", f"torch{pin}" if pin else "torchvision==0.24.1", 'torch==1.0; os_name == "x"'])
         == pin
     )
+
+
+def test_extension_load_is_checked_only_where_torch_is():
+    data = {"dists": {EXT_DIST: {"version": "0.2.0", "root": "/x", "requires": ["torch==2.14.1"]}}, "plugins": [EP]}
+    without = [f.what for f in check_kernel({**data, "live": None, "torch": None}, Path("dist"))]
+    assert not any("loads with torch" in what for what in without), without
+    found = {f.what: f for f in check_kernel({**data, "live": None, "torch": "2.9.1"}, Path("dist"))}
+    load = found["sgl-kernel-ext 0.2.0 (built for torch==2.14.1) loads with torch 2.9.1"]
+    assert not load.ok and load.fix.startswith("build sgl_kernel_ext against torch 2.9.1")
