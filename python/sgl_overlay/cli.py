@@ -32,6 +32,7 @@ try:  # Ctrl-C while the modules load is one line too
     from sgl_overlay.checkout import Checkout, detect
     from sgl_overlay.errors import Interrupted, OverlayError, UsageError, Why
     from sgl_overlay.manifest import Kind, Manifest, load_manifest
+    from sgl_overlay.places import places
     from sgl_overlay.series import Series
     from sgl_overlay.verify import verify_tree
 except KeyboardInterrupt:
@@ -228,8 +229,10 @@ class Parser(argparse.ArgumentParser):
 Command = Callable[[argparse.Namespace, Context], int]
 GLOBAL_DIRS = {
     "--patches": "the overlay's patches/ folder (default: $SGL_OVERLAY_PATCHES or this checkout's)",
-    "--trees": "where `fetch` lays out targets (default: <repo>/build/trees)",
-    "--cache": "wheel download cache (default: <repo>/.cache/wheels)",
+    "--trees": "where `fetch` lays out targets (default: build/trees beside patches/; installed from the wheel: "
+    "$XDG_CACHE_HOME/sgl-overlay/trees, else ~/.cache/sgl-overlay/trees)",
+    "--cache": "wheel download cache (default: .cache/wheels beside patches/; installed from the wheel: "
+    "$XDG_CACHE_HOME/sgl-overlay/wheels, else ~/.cache/sgl-overlay/wheels)",
 }
 
 
@@ -340,10 +343,8 @@ def main(argv: list[str] | None = None) -> int:
         gitutil.ensure_git_runs()  # before any git call could blame a patch or a checkout for it
         if args.func not in (cmd_pins, cmd_export):
             pins.check(manifest)
-        root = manifest.path.parent.parent
-        trees = (args.trees or root / "build" / "trees").resolve()
-        cache = (args.cache or root / ".cache" / "wheels").resolve()
-        return args.func(args, Context(manifest, root, trees, cache))
+        at = places(manifest.path, args.trees, args.cache)
+        return args.func(args, Context(manifest, at.root, at.trees, at.cache))
     except OverlayError as exc:
         print(wording.failed(wording.error(exc)), file=sys.stderr)
         return exc.exit_code

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.version import Version
 
-from sgl_overlay import gitutil, subproc
+from sgl_overlay import gitutil, routes, subproc
 from sgl_overlay.errors import UsageError, Why
-from sgl_overlay.manifest import Kind, Manifest
+from sgl_overlay.manifest import Kind, Manifest, Target
 from sgl_overlay.series import Series
 from sgl_overlay.wheels import no_wheel_fits, patched_wheel_name, shipped_changes, wheel_for_python, wheel_path_of
 
@@ -23,7 +23,7 @@ KERNEL_NAMES = (*KERNEL_DISTS, EXT_DIST)  # every kernel distribution doctor loo
 
 # Runs inside the inspected interpreter: standard library only.
 _PROBE = r"""
-import importlib.metadata as md, json, sys
+import importlib.metadata as md, importlib.util, json, os, re, sys
 names = sys.argv[1:]
 dists = {}
 for name in names:
@@ -32,7 +32,40 @@ for name in names:
     except md.PackageNotFoundError:
         continue
     dists[name] = {"version": d.version, "root": str(d.locate_file(""))}
+    dists[name]["requires"] = d.requires or []
 plugins = [[ep.name, ep.value] for ep in md.entry_points(group="sglang.srt.plugins")]
+try:
+    torch_version = md.version("torch")
+except md.PackageNotFoundError:
+    torch_version = None
+kernel = None  # the sgl_kernel package, found without importing it (its native library needs a GPU driver)
+try:
+    spec = importlib.util.find_spec("sgl_kernel")
+except (ImportError, ValueError):
+    spec = None
+if spec is not None and spec.submodule_search_locations:
+    where = list(spec.submodule_search_locations)[0]
+    version = None
+    for file, pattern in (("_payload_manifest.py", "VERSION"), ("version.py", "__version__")):
+        try:
+            found = re.search(r"^" + pattern + r"\s*=\s*['\"]([^'\"]+)", open(os.path.join(where, file)).read(), re.M)
+        except OSError:
+            found = None
+        if found:
+            version = found.group(1)
+            break
+    owners = sorted(set(md.packages_distributions().get("sgl_kernel", [])))
+    if not owners:  # a package that ships sgl_kernel without declaring it (kt-kernel): its RECORD says
+        owners = sorted({d.metadata["Name"] for d in md.distributions()
+                         if any(f.parts[:2] == ("sgl_kernel", "__init__.py") for f in d.files or ())})
+    kernel = {"where": where, "version": version, "owners": owners}
+ext = None  # loading the extension needs torch and its CUDA libraries, not a GPU
+if "sgl-kernel-ext" in dists and torch_version is not None:
+    try:
+        import sgl_kernel_ext
+        ext = {"loaded": sgl_kernel_ext.ensure_loaded(), "list_entry_point": hasattr(sgl_kernel_ext, "list_entry_point")}
+    except Exception as exc:
+        ext = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
 live = None
 if "--live" in names and "sgl-kernel-ext" in dists:
     try:
@@ -48,7 +81,7 @@ if "--live" in names and "sgl-kernel-ext" in dists:
     except Exception as exc:
         live = f"{type(exc).__name__}: {exc}"
 print(json.dumps({"dists": dists, "plugins": plugins, "live": live, "python": sys.executable,
-                  "version": list(sys.version_info[:2])}))
+                  "version": list(sys.version_info[:2]), "torch": torch_version, "kernel": kernel, "ext": ext}))
 """
 
 
@@ -75,26 +108,30 @@ def probe(python: str, dists: list[str], live: bool, site: Path | None = None) -
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def wheel_fix(manifest: Manifest, target: Target, dist_dir: Path, python: tuple[int, int]) -> tuple[str, bool]:
+    """The command that installs the patched twin of the wheel pip picks for this Python; False when
+    no pinned wheel fits that Python (the text then says which do)."""
+    pin = wheel_for_python(target, python)
+    if pin is None:
+        return f"{no_wheel_fits(target, python)}: use one of those Pythons", False
+    patched = dist_dir / patched_wheel_name(pin.file, manifest.local_version)
+    fix = f"pip install --no-deps --force-reinstall {patched}"
+    return fix + ("" if patched.is_file() else " (not built yet: run `sgl-overlay wheels` first)"), True
+
+
 def check_python_target(
     manifest: Manifest, series: Series, info: dict, dist_dir: Path, python: tuple[int, int]
 ) -> list[Finding]:
     target = series.target
     name = target.name
-    pin = wheel_for_python(target, python)  # the patched twin of the wheel pip picks for this Python
-    if pin is None:
-        fix = f"{no_wheel_fits(target, python)}: use one of those Pythons"
-    else:
-        patched = dist_dir / patched_wheel_name(pin.file, manifest.local_version)
-        fix = f"pip install --no-deps --force-reinstall {patched}"
-        if not patched.is_file():
-            fix += " (not built yet: run `sgl-overlay wheels` first)"
+    fix, fits = wheel_fix(manifest, target, dist_dir, python)
     installed = Version(info["version"])
     if installed.local == manifest.local_version and installed.base_version != target.version:
         what = f"installed {installed}: built by `sgl-overlay wheels --checkout` once the series was in"
         return [Finding(name, what, True, "")]
     if installed.base_version != target.version:
         what = f"installed {installed}, the overlay pins {target.version}: fixes not checked"
-        return [Finding(name, what, False, f"pip install {target.requirement} && {fix}" if pin else fix)]
+        return [Finding(name, what, False, f"pip install {target.requirement} && {fix}" if fits else fix)]
     final = shipped_changes(series)
     root = Path(info["root"])
     findings = []
@@ -105,26 +142,87 @@ def check_python_target(
     return findings
 
 
-def check_kernel(data: dict, dist_dir: Path) -> list[Finding]:
+def _ext_findings(data: dict, fix: str, pin: str | None) -> list[Finding]:
+    """sgl_kernel_ext installed, and loading with this environment's torch (what it was built for); the
+    load is not checked where no torch is installed (nothing can serve there; an image's stand-in)."""
     dists = data["dists"]
-    if not any(name in dists for name in KERNEL_NAMES):
-        return []
-    fix = f"pip install {dist_dir}/sgl_kernel_ext-*.whl"
-    wired = any(ep[1].startswith(EXT_MODULE) for ep in data["plugins"])
     findings = [
-        Finding("sgl-kernel", f"{EXT_DIST} installed (copy_to_gpu_no_ce for any N <= 512)", EXT_DIST in dists, fix),
-        Finding("sgl-kernel", "wired into sglang through a sglang.srt.plugins entry point", wired, fix),
+        Finding("sgl-kernel", f"{EXT_DIST} installed (copy_to_gpu_no_ce for any N <= 512)", EXT_DIST in dists, fix)
     ]
+    torch = data.get("torch")
+    if EXT_DIST not in dists or torch is None:
+        return findings
+    built_for = routes.torch_pin(dists[EXT_DIST].get("requires"))
+    ext = data.get("ext") or {}
+    what = f"{EXT_DIST} {dists[EXT_DIST]['version']} (built for torch{built_for or ' of any version'}) loads with torch {torch}"
+    ok = "error" not in ext and routes.pin_allows(built_for, torch)
+    rebuild = f"build sgl_kernel_ext against torch {torch} (sgl_kernel_ext/README.md)"
+    if pin is not None and not routes.pin_allows(pin, torch):
+        rebuild += f"; the serving stack pins torch{pin}"
+    findings.append(Finding("sgl-kernel", what, ok, f"{ext['error']}; {rebuild}" if "error" in ext else rebuild))
+    return findings
+
+
+def _lengths_finding(data: dict, covered: bool, fix: str) -> Finding | None:
+    """Can the installed sgl-kernel's own copy_to_gpu_no_ce raise `unexpected N`? ok when the route sends
+    those copies to sgl_kernel_ext."""
+    kernel = data.get("kernel")
+    if kernel is None:
+        return None
+    owner = f" (in {', '.join(kernel['owners'])})" if kernel["owners"] else ""
+    name = f"sgl_kernel {kernel['version'] or '(no version file)'}{owner}"
+    lengths = routes.kernel_lengths(kernel["version"])
+    if lengths is None:
+        what = f"{name}: which N its copy_to_gpu_no_ce has is not known here; stock kernels raise `unexpected N`"
+    else:
+        what = f"{name}: copy_to_gpu_no_ce has N = {', '.join(map(str, lengths))} only, others raise `unexpected N`"
+    return Finding("sgl-kernel", what + ("; the route sends them to sgl_kernel_ext" if covered else ""), covered, fix)
+
+
+def check_kernel(
+    data: dict, dist_dir: Path, route: routes.Route | None = None, runner: Finding | None = None
+) -> list[Finding]:
+    """The kernel fix on the route the environment takes: the plugin entry point (sglang with
+    sglang.srt.plugins), or the DeepGEMM runner patched to call sgl_kernel_ext (sglang-kt, `runner`)."""
+    dists = data["dists"]
+    if not any(name in dists for name in KERNEL_NAMES) and data.get("kernel") is None:
+        return []
+    way = route.way if route is not None else routes.Way.PLUGIN
+    fix = f"pip install {dist_dir}/sgl_kernel_ext-*.whl"
+    findings = _ext_findings(data, fix, route.torch_pin if route else None)
+    if way == routes.Way.PLUGIN:
+        wired = any(ep[1].startswith(EXT_MODULE) for ep in data["plugins"])
+        findings.append(Finding("sgl-kernel", "wired into sglang through a sglang.srt.plugins entry point", wired, fix))
+    elif way == routes.Way.RUNNER and runner is not None:
+        findings.append(runner)
+    elif way == routes.Way.NONE:
+        why = "no sglang.srt.plugins and not the KT fork: no way in for sgl_kernel_ext"
+        rebuild = "rebuild sgl-kernel from a checkout with the kernel patch in (`sgl-overlay apply -t sgl-kernel`)"
+        findings.append(Finding("sgl-kernel", why, False, rebuild))
     if EXT_DIST in dists:
-        what = (
-            "fast caller path: the DeepGEMM runner's count list read in C++, one launch "
-            "(plugin hooks on copy_list_to_gpu_no_ce / copy_list_to_gpu)"
+        what = "fast caller path: the DeepGEMM runner's count list read in C++, one launch " + (
+            "(sgl_kernel_ext.list_entry_point, which the runner calls)"
+            if way == routes.Way.RUNNER
+            else "(plugin hooks on copy_list_to_gpu_no_ce / copy_list_to_gpu)"
         )
         findings.append(Finding("sgl-kernel", what, Version(dists[EXT_DIST]["version"]) >= EXT_FAST_PATH, fix))
     if data["live"] is not None:
         what = "live N=16 copy on the GPU (tensor op and list entry point)"
         findings.append(Finding("sgl-kernel", what, data["live"] is True, f"{data['live']}; reinstall: {fix}"))
-    return findings
+    lengths = _lengths_finding(data, way != routes.Way.NONE and all(f.ok for f in findings), fix)
+    return findings + ([lengths] if lengths else [])
+
+
+def runner_finding(manifest: Manifest, series: Series, info: dict, dist_dir: Path, python: tuple[int, int]) -> Finding:
+    """Is the installed DeepGEMM runner the one the series ships (it calls sgl_kernel_ext when installed)?"""
+    target = series.target
+    final = shipped_changes(series).get(routes.RUNNER)
+    names = [p.subject for p in series.patches if routes.RUNNER in map(lambda t: wheel_path_of(target, t), p.touched())]
+    ok = final is not None and gitutil.file_blob(Path(info["root"]) / routes.RUNNER) == final
+    what = f"wired into the DeepGEMM runner ({routes.RUNNER}) by {target.name}'s runner patch"
+    if names:
+        what += f" ({names[-1]})"
+    return Finding("sgl-kernel", what, ok, wheel_fix(manifest, target, dist_dir, python)[0])
 
 
 @dataclass
@@ -135,6 +233,7 @@ class DoctorReport:
     installed: list[tuple[str, str, str | None]]  # (distribution, version, where: None for the kernel's)
     findings: list[Finding]
     kernel_unchecked: tuple[str, ...] = ()  # the kernel distributions looked for, when none is installed
+    routes: list[routes.Route] = field(default_factory=list)  # how the kernel fix reaches each sglang installed
 
     @property
     def ok(self) -> bool:
@@ -148,14 +247,22 @@ def doctor(
         raise UsageError(Why.SITE_NOT_A_FOLDER, site=site)
     wheel_targets = [t for t in manifest.targets.values() if t.kind == Kind.WHEEL]
     data = probe(python, [t.dist_name for t in wheel_targets], live, site)
+    version = tuple(data["version"])
     installed: list[tuple[str, str, str | None]] = []
     findings: list[Finding] = []
+    found_routes: list[routes.Route] = []
+    runner = None
     for target in wheel_targets:
         info = data["dists"].get(target.dist_name)
         if info is not None:
             installed.append((target.dist_name, info["version"], info["root"]))
-            findings += check_python_target(manifest, Series.read(target), info, dist_dir, tuple(data["version"]))
+            series = Series.read(target)
+            findings += check_python_target(manifest, series, info, dist_dir, version)
+            found_routes.append(routes.route_of(target.dist_name, info, data.get("torch")))
+            if found_routes[-1].way == routes.Way.RUNNER:
+                runner = runner_finding(manifest, series, info, dist_dir, version)
     installed += [(k, data["dists"][k]["version"], None) for k in KERNEL_NAMES if k in data["dists"]]
-    findings += check_kernel(data, dist_dir)
-    unchecked = () if any(k in data["dists"] for k in KERNEL_NAMES) else KERNEL_NAMES
-    return DoctorReport(data["python"], installed, findings, tuple(unchecked))
+    findings += check_kernel(data, dist_dir, found_routes[0] if found_routes else None, runner)
+    kernel_found = any(k in data["dists"] for k in KERNEL_NAMES) or data.get("kernel") is not None
+    unchecked = () if kernel_found else KERNEL_NAMES
+    return DoctorReport(data["python"], installed, findings, tuple(unchecked), found_routes)

@@ -25,7 +25,7 @@ import pytest
 
 from helpers import REPO_ROOT, TREES
 
-TARGETS = ("sglang", "sglang-kt", "sgl-kernel")
+TARGETS = ("sglang", "sglang-kt", "sgl-kernel", "sgl-kernel-kt")
 CLANG_FORMAT_STYLE = REPO_ROOT / "sgl_kernel_ext" / "csrc" / ".clang-format"
 CXX_SUFFIXES = {".cu", ".cuh", ".cc", ".cpp", ".h", ".hpp"}
 # codespell's `-L` from upstream's hook plus `[tool.codespell] ignore-words-list` of python/pyproject.toml

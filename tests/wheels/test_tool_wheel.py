@@ -121,6 +121,39 @@ def test_patches_option_and_variable_override_the_packaged_copy(tool_venv: Path,
         assert proc.returncode == 1 and f"dist/{wanted}" in proc.stdout, proc.stdout + proc.stderr
 
 
+def _package_files(venv: Path) -> list[str]:
+    """What the installed package holds (compiled bytecode aside)."""
+    (package,) = venv.glob("lib/python*/site-packages/sgl_overlay")
+    return sorted(p.relative_to(package).as_posix() for p in package.rglob("*") if "__pycache__" not in p.parts)
+
+
+def test_installed_tool_keeps_trees_and_wheels_in_the_user_cache(tool_venv: Path, tmp_path: Path) -> None:
+    """With no clone, fetch / apply / verify lay the trees out under $XDG_CACHE_HOME/sgl-overlay (else
+    ~/.cache/sgl-overlay), never inside site-packages; --trees and --cache still override."""
+    work, xdg, home = tmp_path / "work", tmp_path / "xdg", tmp_path / "home"
+    work.mkdir()
+    before = _package_files(tool_venv)
+    cached = {"XDG_CACHE_HOME": str(xdg), "HOME": str(home)}
+    for command in ("fetch", "apply", "verify"):
+        proc = _run(tool_venv, command, "-t", "sgl-kernel", cwd=work, env=cached)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "verified sgl-kernel" in proc.stdout
+    assert (xdg / "sgl-overlay" / "trees" / "sgl-kernel" / ".git").is_dir()
+    offline = _run(tool_venv, "fetch", "-t", "sglang-kt", "--offline", cwd=work, env=cached)
+    assert offline.returncode == 1 and f"the cache {xdg / 'sgl-overlay' / 'wheels'} " in offline.stderr, offline.stderr
+
+    no_xdg = _run(tool_venv, "fetch", "-t", "sgl-kernel", cwd=work, env={"XDG_CACHE_HOME": "", "HOME": str(home)})
+    assert no_xdg.returncode == 0, no_xdg.stderr
+    assert f"{home / '.cache' / 'sgl-overlay' / 'trees' / 'sgl-kernel'} laid out" in no_xdg.stdout
+
+    given = ("--trees", str(tmp_path / "t"), "--cache", str(tmp_path / "c"))
+    proc = _run(tool_venv, *given, "fetch", "-t", "sgl-kernel", cwd=work, env=cached)
+    assert proc.returncode == 0 and f"{tmp_path / 't' / 'sgl-kernel'} laid out" in proc.stdout, proc.stderr
+    offline = _run(tool_venv, *given, "fetch", "-t", "sglang-kt", "--offline", cwd=work, env=cached)
+    assert f"the cache {tmp_path / 'c'} " in offline.stderr, offline.stderr
+    assert _package_files(tool_venv) == before and sorted(p.name for p in work.iterdir()) == []
+
+
 def test_checkout_tool_reads_the_checkouts_patches() -> None:
     """In a checkout the package's patches/ is a symlink to the checkout's, so the editable tool (this
     venv's) reads the series being edited, not a copy."""
