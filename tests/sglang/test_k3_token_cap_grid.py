@@ -6,9 +6,9 @@ trees: stock and the patched tree. The startup decision is judged against the or
 (k3_grid/oracle.py), which derives the rows one rank's MoE receives from sglang's own
 runtime code, never from the patch's formula.
 
-`make test` runs the whole grid (FULL_CONFIGS configurations, three caps each: 3,174
-judged rows; about 60 s on this project's 2-core machine, up to 3 minutes while other jobs
-share the cores) and must reproduce the committed docs/k3-token-cap-grid.json exactly.
+`make test` runs the whole grid (FULL_CONFIGS configurations, three caps each: 3,162
+judged rows; the two probes take about 100 s on this project's 2-core machine, up to 4
+minutes while other jobs share the cores) and must reproduce the committed docs/k3-token-cap-grid.json exactly.
 `make k3-grid` runs it with SGL_OVERLAY_K3_GRID_WRITE=1 and writes
 docs/k3-token-cap-grid.{md,json}. SGL_OVERLAY_K3_GRID_CONFIGS=400 runs a fixed-seed
 sample (a prefix of the same sequence) for a quicker local check.
@@ -105,7 +105,24 @@ def test_stock_accepts_overflowing_configs(graded):
             assert classes[tag]["stock"]["false_accepts"] > 0, tag
         assert classes[tag]["new"]["false_accepts"] == 0, tag
     assert classes["other-dp-attn-tp"]["stock"]["false_refusals"] > 0
-    assert classes["other-dp-attn-tp"]["new"]["false_refusals"] == 0
+    # The only refusals left there: an opt-in warmup whose rows follow the device.
+    warmup = [
+        r
+        for r in doc["false_refusals"]["new"]
+        if r["model"] not in grid.K3_MODELS
+        and r["args"].get("enable_dp_attention")
+        and r["cause"].startswith("SGLANG_PP_PARALLEL_DEEPGEMM_WARMUP")
+    ]
+    assert classes["other-dp-attn-tp"]["new"]["false_refusals"] <= len(warmup)
+
+
+def test_new_axes_are_in_the_grid(graded):
+    """Each shape the check learned is a class of the grid with rows of its own,
+    and this series' false refusals are only the warmup it refuses outright."""
+    doc, _, _ = graded
+    for tag in report.NEW_AXES:
+        assert doc["classes"][tag]["new"]["configs"] >= 40, tag
+    assert set(doc["series"]["new"]["false_refusal_causes"]) <= {report.PP_WARMUP_CAUSE}
 
 
 def test_every_false_refusal_has_a_known_cause(graded):
@@ -119,10 +136,12 @@ def test_every_false_refusal_has_a_known_cause(graded):
 def test_non_k3_changes_only_where_stock_was_wrong(graded):
     """A non-K3 decision differs from stock only where stock was wrong, or where
     stock refused an unset request pool that this series clamps to fit (the
-    clamped server is judged like every other: no false accepts)."""
+    clamped server is judged like every other: no false accepts), or where this
+    series refuses the PP DeepGEMM warmup it cannot bound."""
     doc, _, _ = graded
+    allowed = ("refused -> clamped", "(SGLANG_PP_PARALLEL_DEEPGEMM_WARMUP refused)")
     for change in doc["non_k3_changes"]:
-        assert not change.startswith("stock ok") or change.endswith("refused -> clamped"), doc["non_k3_changes"]
+        assert not change.startswith("stock ok") or change.endswith(allowed), doc["non_k3_changes"]
 
 
 def test_clamped_rows_log_one_line_and_fit(graded):

@@ -114,9 +114,9 @@ def _config(rng: random.Random) -> dict:
     dp = rng.choice([d for d in (1, 1, 2, 4, 8, 16) if tp % d == 0])
     if dp > 1 and tp > 1:
         args.update(dp_size=dp, enable_dp_attention=True)
-    if tp // dp >= 2 and rng.random() < 0.12:
+    if tp // dp >= 2 and rng.random() < 0.2:
         args.update(
-            attn_cp_size=2,
+            attn_cp_size=rng.choice([c for c in (2, 2, 4) if tp // dp >= c]),
             enable_prefill_cp=True,
             cp_strategy=rng.choice(["zigzag", "interleave"]),
         )
@@ -142,7 +142,10 @@ def _config(rng: random.Random) -> dict:
             draft = rng.choice([2, 3, 4, 8])
             args["speculative_num_draft_tokens"] = draft
             if spec != "DSPARK":
-                args.update(speculative_num_steps=draft - 1, speculative_eagle_topk=1)
+                topk = 1 if rng.random() < 0.8 else rng.choice([2, 4])
+                args.update(speculative_num_steps=draft - 1, speculative_eagle_topk=topk)
+        if spec == "EAGLE" and args.get("speculative_eagle_topk", 1) == 1 and rng.random() < 0.3:
+            args["speculative_adaptive"] = True
         if spec == "DSPARK" and "enable_dp_attention" in args:
             args["enable_dp_lm_head"] = True
     if rng.random() < 0.15:
@@ -154,9 +157,18 @@ def _config(rng: random.Random) -> dict:
     role = rng.random()
     if role < 0.15:
         args["disaggregation_mode"] = "prefill"
+        if rng.random() < 0.3:
+            args["cuda_graph_backend_decode"] = "full"
     elif role < 0.3:
         args["disaggregation_mode"] = "decode"
-    return {"model": model, "args": args}
+        if rng.random() < 0.3:
+            args["cuda_graph_backend_prefill"] = rng.choice(["full", "breakable"])
+    env = {}
+    if args.get("pp_size", 1) > 1 and rng.random() < 0.15:
+        env["SGLANG_PP_PARALLEL_DEEPGEMM_WARMUP"] = "1"
+    if rng.random() < 0.06:
+        env["SGLANG_FLASHINFER_AUTOTUNE_EXTEND"] = "1"
+    return {"model": model, "args": args, "env": env}
 
 
 def _caps(rng: random.Random, n: int) -> list[dict]:

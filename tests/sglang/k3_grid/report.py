@@ -26,7 +26,28 @@ REPORTED_CLASSES = {
     "k3-dynamic-chunking": "K3, PP with --enable-dynamic-chunking",
     "other-dp-attn-tp": "non-K3, attention DP with attention TP > 1",
     "k3-spec-default-pool": "K3, speculative decoding with the spec hook's default request pool",
+    "k3-cp-zigzag": "K3, attention CP with the zigzag strategy",
+    "k3-cp-interleave": "K3, attention CP with the interleave strategy",
+    "k3-spec-adaptive": "K3, adaptive speculative decoding (--speculative-adaptive)",
+    "k3-pd-locked-other-phase": "K3 PD node with the other phase's graph backend locked",
+    "k3-warmup-pp-deepgemm": "K3, SGLANG_PP_PARALLEL_DEEPGEMM_WARMUP=1",
+    "k3-warmup-autotune-extend": "K3, SGLANG_FLASHINFER_AUTOTUNE_EXTEND=1",
+    "k3-draft-moe": "K3, a draft whose MoE runs through MegaMoE (NEXTN)",
+    "k3-spec-topk": "K3, EAGLE top-k > 1",
 }
+
+# Shapes beyond a phase's own batches (the CP strategy's padding, adaptive
+# verify widths, draft top-k rows, a PD node's locked other phase, opt-in warmups).
+NEW_AXES = (
+    "k3-cp-zigzag",
+    "k3-cp-interleave",
+    "k3-spec-adaptive",
+    "k3-pd-locked-other-phase",
+    "k3-warmup-pp-deepgemm",
+    "k3-warmup-autotune-extend",
+    "k3-draft-moe",
+    "k3-spec-topk",
+)
 
 
 def tags(row: dict) -> list[str]:
@@ -44,6 +65,7 @@ def tags(row: dict) -> list[str]:
         out.append(f"{family}-attn-tp")
     if args.get("enable_prefill_cp"):
         out.append(f"{family}-prefill-cp")
+        out.append(f"{family}-cp-{args.get('cp_strategy', 'zigzag')}")
     if args.get("disable_attn_tp_gather"):
         out.append(f"{family}-disable-attn-tp-gather")
     if args.get("pp_size", 1) > 1:
@@ -56,9 +78,23 @@ def tags(row: dict) -> list[str]:
         out.append(f"{family}-spec")
         if "max_running_requests" not in args:
             out.append(f"{family}-spec-default-pool")
+        if args.get("speculative_adaptive"):
+            out.append(f"{family}-spec-adaptive")
+        if args.get("speculative_eagle_topk", 1) > 1:
+            out.append(f"{family}-spec-topk")
+        if args["speculative_algorithm"] == "NEXTN":
+            out.append(f"{family}-draft-moe")
     mode = args.get("disaggregation_mode")
     if mode:
         out.append(f"{family}-pd-{mode}")
+        other = {"prefill": "decode", "decode": "prefill"}[mode]
+        if args.get(f"cuda_graph_backend_{other}"):
+            out.append(f"{family}-pd-locked-other-phase")
+    env = row.get("env", {})
+    if env.get("SGLANG_PP_PARALLEL_DEEPGEMM_WARMUP") and args.get("pp_size", 1) > 1:
+        out.append(f"{family}-warmup-pp-deepgemm")
+    if env.get("SGLANG_FLASHINFER_AUTOTUNE_EXTEND"):
+        out.append(f"{family}-warmup-autotune-extend")
     if "max_running_requests" not in args and mode != "prefill":
         out.append(f"{family}-pool-unset")
     if args.get("disable_decode_cuda_graph"):
@@ -81,6 +117,7 @@ def outcome(result: dict) -> str:
     return "clamped" if result["log"] else "accepted"
 
 
+PP_WARMUP_CAUSE = "SGLANG_PP_PARALLEL_DEEPGEMM_WARMUP refused: its rows follow the device's SM count"
 _AT_LEAST = re.compile(r"(?:at least|required_per_rank=)(\d+)")
 
 
@@ -92,6 +129,8 @@ def refusal_cause(row: dict, result: dict) -> str:
     asked = int(asked.group(1)) if asked else None
     ref = row["reference"]
     k3 = row["model"] in K3_MODELS
+    if "SGLANG_PP_PARALLEL_DEEPGEMM_WARMUP=1" in error:
+        return PP_WARMUP_CAUSE
     if not k3:
         if "decode / verify forward" in error:
             if "decode graph" in error or "graph bucket" in error:
@@ -191,7 +230,10 @@ def judge(spec: dict, results: dict[str, dict]) -> dict:
         stock, new = by_series["stock"][row["id"]], by_series["new"][row["id"]]
         if outcome(stock) == outcome(new):
             continue
-        changes[f"stock {verdict(stock).replace('_', ' ')}: {outcome(stock)} -> {outcome(new)}"] += 1
+        change = f"stock {verdict(stock).replace('_', ' ')}: {outcome(stock)} -> {outcome(new)}"
+        if "SGLANG_PP_PARALLEL_DEEPGEMM_WARMUP=1" in (new["error"] or ""):
+            change += " (SGLANG_PP_PARALLEL_DEEPGEMM_WARMUP refused)"
+        changes[change] += 1
     doc["non_k3_changes"] = dict(changes.most_common())
     return doc
 
@@ -209,7 +251,10 @@ def markdown(doc: dict, seconds: float) -> str:
         "from the oracle (tests/sglang/k3_grid/oracle.py), which calls sglang's own runtime",
         "code: request pool (`resolve_max_num_reqs`), decode graph buckets",
         "(`get_batch_sizes_to_capture`), eager padding, speculative verify width, prefill buffer",
-        "ceiling (`max_prefill_buffer_tokens`), and the layer-boundary split decisions.",
+        "ceiling (`max_prefill_buffer_tokens`), the layer-boundary split decisions, the CP",
+        "strategy's padding (`get_cp_padding_align_size`), every adaptive step's verify width",
+        "(`resolve_max_speculative_num_draft_tokens`), a PD node's locked other-phase graphs",
+        "and the opt-in warmups' shapes.",
         "",
         f"Seed {doc['seed']}: {doc['configs']} rows ({doc['distinct_configurations']} distinct",
         f"configurations x caps at and around each bound and fixed caps); {doc['invalid']} more",
@@ -275,7 +320,9 @@ def markdown(doc: dict, seconds: float) -> str:
             "`stock ok: refused -> clamped`: stock refused a configuration whose request pool was",
             "left unset (rightly: the pool the server would size overflows the cap); this series",
             "starts it with `max_running_requests` lowered until the decode rows fit, as for K3, and",
-            "logs one line. No other non-K3 decision differs from stock where stock was right.",
+            "logs one line. `(SGLANG_PP_PARALLEL_DEEPGEMM_WARMUP refused)`: this series refuses",
+            "that opt-in warmup under PP (its rows follow the device's SM count). No other",
+            "non-K3 decision differs from stock where stock was right.",
         ]
     lines.append("")
     return "\n".join(lines)
