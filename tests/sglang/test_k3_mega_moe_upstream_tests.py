@@ -18,7 +18,7 @@ UPSTREAM_TESTS = {
     "test/registered/unit/arg_groups/test_kimi_k3_mega_moe_token_budget.py": 14,
     "test/registered/unit/arg_groups/test_mega_moe_token_budget_dp.py": 3,
     "test/registered/unit/arg_groups/test_mega_moe_token_budget_decode_pool.py": 5,
-    "test/registered/unit/arg_groups/test_mega_moe_token_budget_shapes.py": 6,
+    "test/registered/unit/arg_groups/test_mega_moe_token_budget_shapes.py": 7,
 }
 # The summary line each one ends with on the stock package.
 STOCK_SUMMARY = {
@@ -31,8 +31,8 @@ STOCK_SUMMARY = {
     # the whole chunk asked for on every rank.
     "test/registered/unit/arg_groups/test_mega_moe_token_budget_decode_pool.py": "5 failed",
     # The CP padding, adaptive and top-k widths, locked other phase and
-    # warmups counted nowhere.
-    "test/registered/unit/arg_groups/test_mega_moe_token_budget_shapes.py": "6 failed",
+    # warmups counted nowhere; NGRAM its verify width (the stock check is absent).
+    "test/registered/unit/arg_groups/test_mega_moe_token_budget_shapes.py": "7 failed",
 }
 
 
