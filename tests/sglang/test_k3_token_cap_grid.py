@@ -1,4 +1,4 @@
-"""Kimi K3 / MegaMoE token cap over a configuration grid (patches/sglang/0001-0003, 0005, 0006).
+"""Kimi K3 / MegaMoE token cap over a configuration grid (patches/sglang/0001-0003, 0005-0007).
 
 Each row of the grid (tests/sglang/k3_grid/grid.py, fixed seed) is resolved by sglang
 0.5.23's real ServerArgs pipeline in a probe process (k3_grid/probe.py) for two
@@ -117,10 +117,12 @@ def test_stock_accepts_overflowing_configs(graded):
 
 
 def test_new_axes_are_in_the_grid(graded):
-    """Each shape the check learned is a class of the grid with rows of its own,
-    and this series' false refusals are only the warmup it refuses outright."""
+    """Each shape the check learned, and each grid axis (EAGLE3, NGRAM, STANDALONE
+    drafts, explicit decode graph sizes, context length, page size, TP 32, PP 4), is a
+    class of the grid with rows of its own, and this series' false refusals are only
+    the warmup it refuses outright."""
     doc, _, _ = graded
-    for tag in report.NEW_AXES:
+    for tag in report.NEW_AXES + report.GRID_AXES:
         assert doc["classes"][tag]["new"]["configs"] >= 40, tag
     assert set(doc["series"]["new"]["false_refusal_causes"]) <= {report.PP_WARMUP_CAUSE}
 
@@ -250,6 +252,34 @@ def test_refusals_name_a_value_that_fits(graded, spec, patched_root, tmp_path):
             assert result["accepted"] or result["oracle"][term] < result["required"], (case, result)
         else:
             assert not result["accepted"], (arg, case, result)
+
+
+def test_clamped_pool_is_the_largest_that_fits(graded, spec, patched_root, tmp_path):
+    """A request pool the check clamps is tight: with that --max-running-requests the
+    decode rows fit by the oracle and the server starts unclamped; one more request
+    per DP rank overflows by the oracle and is refused."""
+    _, by_id, _ = graded
+    rows = {r["id"]: r for r in spec[0]["rows"]}
+    clamped = sorted((r for r in by_id["new"].values() if r.get("accepted") and r["log"]), key=lambda r: r["id"])
+    assert clamped
+    cases = []
+    for result in clamped[:: max(len(clamped) // 8, 1)][:8]:
+        row = rows[result["id"]]
+        dp = row["args"].get("dp_size", 1) if row["args"].get("enable_dp_attention") else 1
+        for delta, fits in ((0, True), (dp, False)):
+            args = {**row["args"], "max_running_requests": result["max_running_requests"] + delta}
+            case = {"id": len(cases), "config": len(cases), "model": row["model"], "args": args, "env": row["env"]}
+            cases.append((fits, {**case, "cap": {"base": "fixed", "value": result["cap"]}}))
+    path = tmp_path / "clamped.json"
+    path.write_text(json.dumps({"models": grid.MODELS, "rows": [c for _, c in cases]}))
+    out = tmp_path / "clamped-out.json"
+    run_probe(patched_root("sglang"), PROBE, str(path), str(out))
+    for (fits, case), result in zip(cases, json.loads(out.read_text())["rows"], strict=True):
+        assert "invalid" not in result, (case, result)
+        assert (result["oracle"]["decode"] <= result["cap"]) is fits, (case, result)
+        assert result["accepted"] is fits, (case, result)
+        if fits:
+            assert not result["log"], (case, result)
 
 
 # The reported failure configurations, one of each class, each through the real

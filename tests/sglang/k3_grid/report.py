@@ -34,6 +34,15 @@ REPORTED_CLASSES = {
     "k3-warmup-autotune-extend": "K3, SGLANG_FLASHINFER_AUTOTUNE_EXTEND=1",
     "k3-draft-moe": "K3, a draft whose MoE runs through MegaMoE (NEXTN)",
     "k3-spec-topk": "K3, EAGLE top-k > 1",
+    "k3-spec-eagle3": "K3, EAGLE3",
+    "k3-spec-ngram": "K3, NGRAM",
+    "k3-spec-standalone": "K3, STANDALONE with a dense draft",
+    "k3-spec-standalone-moe": "K3, STANDALONE with a MoE draft (its a2a backend the target's)",
+    "k3-graph-bs-explicit": "K3, explicit --cuda-graph-bs-decode",
+    "k3-context-length": "K3, explicit --context-length",
+    "k3-page-size": "K3, --page-size 16 / 64",
+    "k3-tp32": "K3, TP 32",
+    "k3-pp4": "K3, PP 4",
 }
 
 # Shapes beyond a phase's own batches (the CP strategy's padding, adaptive
@@ -47,6 +56,18 @@ NEW_AXES = (
     "k3-warmup-autotune-extend",
     "k3-draft-moe",
     "k3-spec-topk",
+)
+# Grid axes of configurations the check already bounds (no new shape of its own).
+GRID_AXES = (
+    "k3-spec-eagle3",
+    "k3-spec-ngram",
+    "k3-spec-standalone",
+    "k3-spec-standalone-moe",
+    "k3-graph-bs-explicit",
+    "k3-context-length",
+    "k3-page-size",
+    "k3-tp32",
+    "k3-pp4",
 )
 
 
@@ -68,6 +89,16 @@ def tags(row: dict) -> list[str]:
         out.append(f"{family}-cp-{args.get('cp_strategy', 'zigzag')}")
     if args.get("disable_attn_tp_gather"):
         out.append(f"{family}-disable-attn-tp-gather")
+    if args["tp_size"] == 32:
+        out.append(f"{family}-tp32")
+    if args.get("pp_size", 1) == 4:
+        out.append(f"{family}-pp4")
+    if "cuda_graph_bs_decode" in args:
+        out.append(f"{family}-graph-bs-explicit")
+    if "context_length" in args:
+        out.append(f"{family}-context-length")
+    if "page_size" in args:
+        out.append(f"{family}-page-size")
     if args.get("pp_size", 1) > 1:
         out.append(f"{family}-pp")
         if args.get("enable_dynamic_chunking"):
@@ -82,8 +113,14 @@ def tags(row: dict) -> list[str]:
             out.append(f"{family}-spec-adaptive")
         if args.get("speculative_eagle_topk", 1) > 1:
             out.append(f"{family}-spec-topk")
-        if args["speculative_algorithm"] == "NEXTN":
+        algorithm = args["speculative_algorithm"]
+        if algorithm == "NEXTN":
             out.append(f"{family}-draft-moe")
+        elif algorithm == "STANDALONE":
+            moe = args["speculative_draft_model_path"] == "draft_moe"
+            out.append(f"{family}-spec-standalone" + ("-moe" if moe else ""))
+        elif algorithm in ("EAGLE3", "NGRAM"):
+            out.append(f"{family}-spec-{algorithm.lower()}")
     mode = args.get("disaggregation_mode")
     if mode:
         out.append(f"{family}-pd-{mode}")
@@ -141,7 +178,7 @@ def refusal_cause(row: dict, result: dict) -> str:
         if "token_partition=attn_dp_size" in error:
             return "generic prefill budget under attention DP: the per-DP chunk not split over attention TP"
         if "token_partition=attn_cp_size" in error:
-            return "generic prefill budget under prefill CP: the chunk divided by attention CP (upstream's rule, kept)"
+            return "generic prefill budget under prefill CP: the chunk divided by attention CP, not split over attention TP"
         if "token_partition=attn_tp_size" in error:
             return "generic prefill budget on the attention-TP shard above the rows the runtime forms"
         return "generic budget"
