@@ -1,8 +1,9 @@
-"""Kimi K3 MegaMoE token cap, hand-picked rows (patches/sglang/0001-0003, 0005, 0006; the grid
-over the whole space is test_k3_token_cap_grid.py).
+"""Kimi K3 MegaMoE token cap, hand-picked rows (patches/sglang/0001-0003, 0005-0007; the
+grid over the whole space is test_k3_token_cap_grid.py).
 
 Runs sglang 0.5.23's real startup hook (``validate_mega_moe_token_budget_for_model``
-on real ``ServerArgs`` objects, after the real DP handlers) and the real
+on real ``ServerArgs`` objects, after the real hooks the pipeline runs before it: a PD
+node's graph roles and the DP handlers) and the real
 ``KimiK3MoE._forward_mega_experts`` in subprocess probes, once against the stock
 tree and once against the patched one. The rows each K3 case can reach come from
 the grid's oracle (k3_grid/oracle.py: sglang's own runtime code) on the same
@@ -138,7 +139,10 @@ TABLE = {
         {"prefill": 4096, "decode": 12},
         None,
     ),
-    # PD: a prefill node checks only the prefill bound...
+    # PD: a prefill node checks only the prefill bound (pipeline.py runs
+    # handle_cuda_graph_config before the check; its
+    # apply_cuda_graph_disaggregation_roles drops the decode graphs the operator
+    # did not lock, so none of the 4096-request decode shapes run here)...
     "pd_prefill_node": (
         case(
             "pd_prefill_node",
@@ -214,7 +218,7 @@ TABLE = {
 
 # K3 cases the table says overflow their cap (refused on the patched tree).
 K3_OVERFLOWS = sorted(name for name, (_, _, outcome) in TABLE.items() if outcome)
-GRID_MODEL = {K3: "k3", K3_LINEAR: "k3_linear"}
+GRID_MODEL = {K3: "k3", K3_LINEAR: "k3_linear", "Qwen3MoeForCausalLM": "qwen3_moe"}
 
 # Non-K3 models keep the generic check, identical on both trees outside DP.
 NON_K3 = [
@@ -229,6 +233,13 @@ NON_K3 = [
         attn_cp_size=2,
         enable_prefill_cp=True,
     ),
+    case(
+        "qwen3moe_prefill_cp_below",
+        4095,
+        arch="Qwen3MoeForCausalLM",
+        attn_cp_size=2,
+        enable_prefill_cp=True,
+    ),
 ]
 # name -> (accepted on stock, accepted on the patched tree). The generic budget
 # asked for the whole chunk on every rank; each rank's MoE gets its attention-TP
@@ -238,8 +249,14 @@ NON_K3_EXPECTED = {
     "qwen3moe_tp8_full": (True, True),
     "dsv4_tp8": (False, True),
     "dsv3_no_budget": (True, True),
-    # Prefill CP keeps upstream's rule: the chunk divided by attention CP, 8192.
-    "qwen3moe_prefill_cp": (False, False),
+    # Prefill CP 2 on TP8: attention TP 4. Only a CP extend splits its tokens over
+    # CP (layer_boundary/layout.py: token_axis_sizes, _batch_shards_over_cp); any
+    # other batch holds the whole chunk on every CP rank, and an a2a MoE runs on
+    # its attention-TP shard (layer_boundary/factories.py: _resolve_ffn, rows
+    # sharded over DP x CP x attention TP): 16384 / 4 = 4096 rows, as for K3.
+    # Stock divides the chunk by CP instead (8192) and refuses 8191.
+    "qwen3moe_prefill_cp": (False, True),
+    "qwen3moe_prefill_cp_below": (False, False),
 }
 # Patch 0002: generic MegaMoE budget under DP attention (TP8/DP8, 16384 -> 2048
 # per DP rank, attention TP 1: each rank's MoE gets 2048 rows).
@@ -251,6 +268,9 @@ GENERIC_DP = [
 
 
 ALL_CASES = [c for c, _, _ in TABLE.values()] + NON_K3 + GENERIC_DP
+# Cases the grid's oracle resolves: the table, and the non-K3 ones of a grid model.
+ORACLE_CASES = {name: c for name, (c, _, _) in TABLE.items()}
+ORACLE_CASES.update({c["name"]: c for c in NON_K3 if c["arch"] in GRID_MODEL})
 OVER, AT_CAP = "8321:8320", "8320:8320"  # rows:cap pairs of the runtime probe
 
 
@@ -277,9 +297,9 @@ def _oracle_row(i, cfg):
 def oracle(patched_root, tmp_path_factory):
     """name -> the grid probe's row on the patched tree: "reference" the oracle's rows
     per phase, "required" the most of them."""
-    names = sorted(TABLE)
+    names = sorted(ORACLE_CASES)
     tmp = tmp_path_factory.mktemp("k3-table")
-    rows = [_oracle_row(i, TABLE[name][0]) for i, name in enumerate(names)]
+    rows = [_oracle_row(i, ORACLE_CASES[name]) for i, name in enumerate(names)]
     (tmp / "spec.json").write_text(json.dumps({"models": grid.MODELS, "rows": rows}))
     run_probe(patched_root("sglang"), GRID_PROBE, str(tmp / "spec.json"), str(tmp / "out.json"))
     results = json.loads((tmp / "out.json").read_text())["rows"]
@@ -388,14 +408,18 @@ def test_stock_generic_dp_accepts_cap_384(stock, patched):
     assert stock["qwen3moe_dp8_cap_2048"]["accepted"] is True
 
 
-def test_non_k3_models(stock, patched):
+def test_non_k3_models(stock, patched, oracle):
     for c in NON_K3:
         name = c["name"]
         on_stock, on_patched = NON_K3_EXPECTED[name]
         assert stock[name]["accepted"] is on_stock, stock[name]
         assert patched[name]["accepted"] is on_patched, patched[name]
+        if name not in oracle:
+            continue
+        required = oracle[name]["required"]
+        assert on_patched is (required <= c["cap"]), (name, required)
         if not on_patched:
-            assert "required_per_rank=8192," in patched[name]["error"], patched[name]
+            assert f"required_per_rank={required}," in patched[name]["error"], patched[name]
 
 
 @pytest.mark.parametrize("flags", [(), ("-O",)], ids=["asserts", "python-O"])

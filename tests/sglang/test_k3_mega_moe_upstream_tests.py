@@ -1,4 +1,4 @@
-"""The unit tests carried inside patches/sglang/0001-0003, 0005 and 0006 run from
+"""The unit tests carried inside patches/sglang/0001-0003 and 0005-0007 run from
 the patched tree and pass there, and fail against the stock sglang package.
 
 They live in the patched tree in upstream's layout (``test/registered/unit/...``).
@@ -18,6 +18,7 @@ UPSTREAM_TESTS = {
     "test/registered/unit/arg_groups/test_kimi_k3_mega_moe_token_budget.py": 14,
     "test/registered/unit/arg_groups/test_mega_moe_token_budget_dp.py": 3,
     "test/registered/unit/arg_groups/test_mega_moe_token_budget_decode_pool.py": 5,
+    "test/registered/unit/arg_groups/test_mega_moe_token_budget_shapes.py": 7,
 }
 # The summary line each one ends with on the stock package.
 STOCK_SUMMARY = {
@@ -29,6 +30,9 @@ STOCK_SUMMARY = {
     # Decode bounded by the graph's 64 requests; PP dynamic chunking unchecked;
     # the whole chunk asked for on every rank.
     "test/registered/unit/arg_groups/test_mega_moe_token_budget_decode_pool.py": "5 failed",
+    # The CP padding, adaptive and top-k widths, locked other phase and
+    # warmups counted nowhere; NGRAM its verify width (the stock check is absent).
+    "test/registered/unit/arg_groups/test_mega_moe_token_budget_shapes.py": "7 failed",
 }
 
 

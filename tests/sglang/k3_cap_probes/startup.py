@@ -3,7 +3,10 @@
 argv[1]: JSON list of cases {"name", "arch", "cap", "args", "decode_max_bs"}.
 Each case builds a real ``ServerArgs(model_path="dummy", moe_a2a_backend="megamoe",
 ...)`` the way upstream's hook tests do (the dummy path skips resolution), gives it
-a model config naming the architecture, runs the real DP handlers
+a model config naming the architecture, runs the real hooks the pipeline runs
+before the check (``arg_groups/pipeline.py``): ``apply_cuda_graph_disaggregation_roles``
+(inside ``handle_cuda_graph_config``: a PD node drops the other phase's graph
+backend unless the operator locked it) and the DP handlers
 (``handle_deprecated_dp_attention``, ``handle_data_parallelism``) that resolve the
 per-DP chunk, then ``validate_mega_moe_token_budget_for_model`` with the cap in
 ``SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK``.
@@ -21,6 +24,9 @@ from types import SimpleNamespace
 warnings.filterwarnings("ignore")
 
 from sglang.srt.arg_groups import mega_moe_hook  # noqa: E402
+from sglang.srt.arg_groups.cuda_graph_hook import (  # noqa: E402
+    apply_cuda_graph_disaggregation_roles,
+)
 from sglang.srt.arg_groups.overrides import resolving_view  # noqa: E402
 from sglang.srt.arg_groups.parallel_hook import (  # noqa: E402
     handle_data_parallelism,
@@ -49,6 +55,7 @@ def run_case(case):
         hf_config=SimpleNamespace(architectures=[case["arch"]]), hf_quant_config={}
     )
     server_args._cuda_graph_config_locked = set()
+    apply_cuda_graph_disaggregation_roles(server_args)
     handle_deprecated_dp_attention(server_args)
     handle_data_parallelism(server_args)
     cfg = resolving_view(server_args)

@@ -99,6 +99,9 @@ MODELS = {
         "torch_dtype": "bfloat16",
     },
 }
+# Draft model of the STANDALONE rows that have MoE layers: its MoE goes through the
+# target's a2a backend (speculative_moe_a2a_backend unset).
+MODELS["draft_moe"] = {**MODELS["qwen3_moe"], "max_position_embeddings": 131072}
 K3_MODELS = ("k3_linear", "k3")
 OTHER_MODELS = ("qwen3_moe", "qwen2_moe")
 
@@ -109,14 +112,14 @@ CAPS = [64, 128, 256, 384, 512, 1024, 2048, 4096, 8192, 8320, 16384]
 def _config(rng: random.Random) -> dict:
     k3 = rng.random() < 0.75
     model = rng.choice(K3_MODELS if k3 else OTHER_MODELS)
-    tp = rng.choice([1, 2, 4, 8, 8, 8, 16])
+    tp = rng.choice([1, 2, 4, 8, 8, 8, 16, 32])
     args = {"tp_size": tp, "ep_size": tp}
     dp = rng.choice([d for d in (1, 1, 2, 4, 8, 16) if tp % d == 0])
     if dp > 1 and tp > 1:
         args.update(dp_size=dp, enable_dp_attention=True)
-    if tp // dp >= 2 and rng.random() < 0.12:
+    if tp // dp >= 2 and rng.random() < 0.2:
         args.update(
-            attn_cp_size=2,
+            attn_cp_size=rng.choice([c for c in (2, 2, 4) if tp // dp >= c]),
             enable_prefill_cp=True,
             cp_strategy=rng.choice(["zigzag", "interleave"]),
         )
@@ -126,37 +129,63 @@ def _config(rng: random.Random) -> dict:
     if chunk is not None:
         args["chunked_prefill_size"] = chunk
     if rng.random() < 0.2:
-        args["pp_size"] = 2
+        args["pp_size"] = rng.choice([2, 2, 4])
     if rng.random() < 0.2:
         args["enable_dynamic_chunking"] = True
     if rng.random() < 0.15:
         args["enable_mixed_chunk"] = True
     if rng.random() < 0.25:
         args["max_prefill_tokens"] = rng.choice([8192, 16384, 65536])
-    spec = rng.choice([None, None, None, "EAGLE", "NEXTN", "DSPARK"])
+    algorithms = ["EAGLE", "NEXTN", "DSPARK", "EAGLE3"]
+    if "enable_dp_attention" not in args:
+        # Upstream refuses NGRAM and STANDALONE under DP attention.
+        algorithms += ["NGRAM", "STANDALONE"]
+    spec = rng.choice([None] * 4 + algorithms)
     if spec is not None:
         args["speculative_algorithm"] = spec
-        if spec != "NEXTN":
+        if spec == "STANDALONE":
+            args["speculative_draft_model_path"] = rng.choice(["draft", "draft_moe"])
+        elif spec not in ("NEXTN", "NGRAM"):
             args["speculative_draft_model_path"] = "draft"
-        if spec == "DSPARK" or rng.random() < 0.7:
+        if spec in ("DSPARK", "NGRAM") or rng.random() < 0.7:
             draft = rng.choice([2, 3, 4, 8])
             args["speculative_num_draft_tokens"] = draft
-            if spec != "DSPARK":
-                args.update(speculative_num_steps=draft - 1, speculative_eagle_topk=1)
+            if spec not in ("DSPARK", "NGRAM"):
+                topk = 1 if rng.random() < 0.8 else rng.choice([2, 4])
+                args.update(speculative_num_steps=draft - 1, speculative_eagle_topk=topk)
+        if spec == "EAGLE" and args.get("speculative_eagle_topk", 1) == 1 and rng.random() < 0.3:
+            args["speculative_adaptive"] = True
         if spec == "DSPARK" and "enable_dp_attention" in args:
             args["enable_dp_lm_head"] = True
     if rng.random() < 0.15:
         args["disable_decode_cuda_graph"] = True
+    elif rng.random() < 0.15:
+        bs = rng.sample([1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256, 512], rng.randint(1, 5))
+        args["cuda_graph_bs_decode"] = sorted(bs)
     elif rng.random() < 0.6:
         args["cuda_graph_max_bs_decode"] = rng.choice([8, 48, 160, 512, 1024])
     if rng.random() < 0.5:
         args["max_running_requests"] = rng.choice([8, 48, 64, 256, 600, 1024, 4096])
+    if rng.random() < 0.15:
+        args["context_length"] = rng.choice([2048, 8192, 32768])
+    # Upstream refuses a paged KV cache with top-k > 1 (NGRAM's BFS breadth is its top-k).
+    if rng.random() < 0.15 and spec != "NGRAM" and args.get("speculative_eagle_topk", 1) == 1:
+        args["page_size"] = rng.choice([16, 64])
     role = rng.random()
     if role < 0.15:
         args["disaggregation_mode"] = "prefill"
+        if rng.random() < 0.3:
+            args["cuda_graph_backend_decode"] = "full"
     elif role < 0.3:
         args["disaggregation_mode"] = "decode"
-    return {"model": model, "args": args}
+        if rng.random() < 0.3:
+            args["cuda_graph_backend_prefill"] = rng.choice(["full", "breakable"])
+    env = {}
+    if args.get("pp_size", 1) > 1 and rng.random() < 0.15:
+        env["SGLANG_PP_PARALLEL_DEEPGEMM_WARMUP"] = "1"
+    if rng.random() < 0.06:
+        env["SGLANG_FLASHINFER_AUTOTUNE_EXTEND"] = "1"
+    return {"model": model, "args": args, "env": env}
 
 
 def _caps(rng: random.Random, n: int) -> list[dict]:

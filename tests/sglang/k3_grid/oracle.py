@@ -29,6 +29,19 @@ time:
   ``factories._ffn_on_rank_rows``; whether an unpadded batch may reach it:
   ``factories._unpadded_possible``; whether a given batch is unpadded:
   ``construction._rows_indivisible_over_attn_tp`` on a batch of that many rows.
+- a PD node keeps the other phase's graph backend the operator locked
+  (``cuda_graph_hook.apply_cuda_graph_disaggregation_roles``): that phase's
+  capture sizes count (read from the resolved ``cuda_graph_config``).
+- adaptive speculative decoding: every step's verify width, up to
+  ``SpeculativeAlgorithm.resolve_max_speculative_num_draft_tokens``.
+- a draft model whose MoE runs through MegaMoE (NEXTN drafts the target's own
+  layers; the draft's a2a backend defaults to the target's): a draft step runs
+  max(top-k, draft tokens) rows per request.
+- opt-in warmups: ``SGLANG_PP_PARALLEL_DEEPGEMM_WARMUP`` under PP
+  (``compile_utils.pp_parallel_deep_gemm_warmup``: batch sizes up to
+  n_sms * 64, H200_SMS here) and ``SGLANG_FLASHINFER_AUTOTUNE_EXTEND``
+  (``flashinfer_autotune``: an EXTEND dummy at the prefill ceiling, also on a PD
+  decode node), taken as running whenever their env var is set.
 - a MoE layout the model cannot be built with: ``factories._reject_unsupported_cp_moe``
   (raises; such a server never starts, and the probe counts the row as invalid).
 
@@ -50,6 +63,10 @@ K3_ARCHS = ("KimiK3ForConditionalGeneration", "KimiK3LinearForCausalLM")
 
 # Token capacities tried for the request pool: 1k .. 64M tokens.
 _TOKEN_CAPACITIES = [1 << k for k in range(10, 27)]
+
+# SMs of the H200 the grid's platform stands for (pp_parallel_deep_gemm_warmup
+# reads them from the device).
+H200_SMS = 132
 
 
 def request_pool(server_args, model_config, attn_dp_size: int) -> int:
@@ -88,9 +105,25 @@ def moe_rows(num_tokens: int, step: int, *, sharded: bool, unpadded: bool, a: in
     return best
 
 
-def oracle(server_args, arch: str) -> dict:
+def _pp_warmup_batch_sizes(a: int, mlp_sync: bool) -> list[int]:
+    """``pp_parallel_deep_gemm_warmup``'s batch sizes (its sweep, inlined: it
+    needs a runner and a device)."""
+    import math
+
+    from sglang.srt.layers.cp.padding import get_cp_padding_align_size
+    from sglang.srt.utils.common import ceil_align
+
+    block_m, n_sms = 64, H200_SMS
+    cp = max(get_cp_padding_align_size(), 1)
+    align = math.lcm(cp, a) if mlp_sync and a > 1 else cp
+    sweep = (1, 2 * block_m, max(n_sms // 8, 2) * block_m, max(n_sms // 4, 4) * block_m, n_sms * block_m)
+    return sorted({ceil_align(bs, align) for bs in sweep})
+
+
+def oracle(server_args, arch: str, draft_moe: bool = False) -> dict:
     """{"prefill": rows or None, "decode": rows or None, "pool": ..., ...}"""
     from sglang.srt.arg_groups.overrides import model_config_of, resolved_view
+    from sglang.srt.environ import envs
     from sglang.srt.layers.layer_boundary import factories
     from sglang.srt.layers.moe.utils import initialize_moe_config
     from sglang.srt.model_executor.cuda_graph_config import Backend
@@ -100,6 +133,7 @@ def oracle(server_args, arch: str) -> dict:
     from sglang.srt.runtime_context import (
         get_exec,
         get_parallel,
+        get_schedule,
         max_prefill_buffer_tokens,
         publish,
     )
@@ -140,32 +174,53 @@ def oracle(server_args, arch: str) -> dict:
         mode = cfg.disaggregation_mode
 
         # Prefill.
-        if mode == "decode":
-            result["prefill"] = None
-        elif not cfg.chunked_prefill_size or cfg.chunked_prefill_size <= 0:
+        graphs = get_exec().graph.cuda_graph_config
+        prefill_cg, decode_cg = graphs.prefill, graphs.decode
+        spec = SpeculativeAlgorithm.from_string(cfg.speculative_algorithm)
+        autotune_extend = envs.SGLANG_FLASHINFER_AUTOTUNE_EXTEND.get() and (
+            not spec.is_speculative() or mode == "prefill"
+        )
+        pp_warmup = envs.SGLANG_PP_PARALLEL_DEEPGEMM_WARMUP.get() and parallel.pp_size > 1 and not spec.is_speculative()
+        tokens = 0
+        if mode != "decode":
+            if not cfg.chunked_prefill_size or cfg.chunked_prefill_size <= 0:
+                tokens = INFINITE
+            else:
+                tokens = max_prefill_buffer_tokens()
+        if prefill_cg.backend != Backend.DISABLED and prefill_cg.bs:
+            # Captured on every node that keeps the backend (a PD decode node
+            # keeps one the operator locked).
+            captured = [n for n in prefill_cg.bs if n <= pool * model_config.context_len]
+            if captured:
+                tokens = max(tokens, max(captured))
+        if autotune_extend:
+            tokens = max(tokens, max_prefill_buffer_tokens() or get_schedule().max_prefill_tokens)
+        if pp_warmup and mode != "decode":
+            tokens = max(tokens, max(_pp_warmup_batch_sizes(a, mlp_sync)))
+        if tokens >= INFINITE:
             result["prefill"] = INFINITE
+        elif tokens == 0:
+            result["prefill"] = None
         else:
-            tokens = max_prefill_buffer_tokens()
-            prefill_cg = get_exec().graph.cuda_graph_config.prefill
-            if prefill_cg.backend != Backend.DISABLED and prefill_cg.bs:
-                captured = [n for n in prefill_cg.bs if n <= pool * model_config.context_len]
-                if captured:
-                    tokens = max(tokens, max(captured))
             if mlp_sync:
                 tokens = ceil_align(tokens, a)
             result["prefill_tokens"] = tokens
             result["prefill"] = moe_rows(tokens, 1, sharded=sharded, unpadded=unpadded, a=a)
 
         # Decode / verify.
-        if mode == "prefill":
+        if mode == "prefill" and decode_cg.backend == Backend.DISABLED and not pp_warmup:
             result["decode"] = None
             return result
-        spec = SpeculativeAlgorithm.from_string(cfg.speculative_algorithm)
         per_req = 1
         if spec.is_speculative():
             per_req = resolve_num_tokens_per_req(phase="target_verify", spec_algorithm=spec, is_draft_worker=False)
-        decode_cg = get_exec().graph.cuda_graph_config.decode
-        bs = get_eager_max_batch_size(pool)
+            widest = spec.resolve_max_speculative_num_draft_tokens(server_args)
+            if cfg.speculative_adaptive and widest:
+                # A verify graph per adaptive step, each its own width.
+                per_req = max(per_req, widest)
+            if draft_moe:
+                per_req = max(per_req, cfg.speculative_eagle_topk or 1, cfg.speculative_num_draft_tokens or 1)
+        bs = 0 if mode == "prefill" else get_eager_max_batch_size(pool)
         if decode_cg.backend != Backend.DISABLED:
             runner = SimpleNamespace(
                 req_to_token_pool=SimpleNamespace(size=pool),
@@ -175,6 +230,8 @@ def oracle(server_args, arch: str) -> dict:
             result["max_graph_bs"] = max(capture_bs)
             bs = max(bs, max(capture_bs))
         tokens = bs * per_req
+        if pp_warmup and mode != "prefill":
+            tokens = max(tokens, max(_pp_warmup_batch_sizes(a, mlp_sync)))
         if mlp_sync:
             tokens = ceil_align(tokens, a)
         result["decode_bs"] = bs

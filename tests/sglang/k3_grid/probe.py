@@ -89,7 +89,32 @@ def resolve(model_dir, args, cap):
     return server_args
 
 
+def _draft_moe(models, row) -> bool:
+    """Whether the row's draft model has MoE layers (a NEXTN draft is the target's own)."""
+    args = row["args"]
+    if not args.get("speculative_algorithm"):
+        return False
+    if args["speculative_algorithm"] == "NEXTN":
+        return True
+    return "num_experts" in models.get(args.get("speculative_draft_model_path"), {})
+
+
 def run_row(model_dirs, models, row):
+    """One row, under the row's own environment variables ("env")."""
+    env = row.get("env", {})
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return _run_row(model_dirs, models, row)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _run_row(model_dirs, models, row):
     model_dir = model_dirs[row["model"]]
     arch = models[row["model"]]["architectures"][0]
     # The configuration the server runs with no MegaMoE check at all (one per
@@ -99,7 +124,7 @@ def run_row(model_dirs, models, row):
         try:
             with mock.patch.object(mega_moe_hook, "validate_mega_moe_token_budget_for_model", _no_check):
                 reference = resolve(model_dir, row["args"], UNLIMITED)
-            bounds = oracle(reference, arch)
+            bounds = oracle(reference, arch, _draft_moe(models, row))
         except Exception as exc:  # noqa: BLE001 - a configuration upstream refuses
             _REFERENCES[key] = f"{type(exc).__name__}: {exc}"
         else:
@@ -121,7 +146,7 @@ def run_row(model_dirs, models, row):
         max_running_requests = None
     else:
         accepted, error = True, None
-        final = oracle(server_args, arch)
+        final = oracle(server_args, arch, _draft_moe(models, row))
         max_running_requests = server_args.max_running_requests
         from sglang.srt.arg_groups.overrides import resolved_view
 

@@ -26,7 +26,49 @@ REPORTED_CLASSES = {
     "k3-dynamic-chunking": "K3, PP with --enable-dynamic-chunking",
     "other-dp-attn-tp": "non-K3, attention DP with attention TP > 1",
     "k3-spec-default-pool": "K3, speculative decoding with the spec hook's default request pool",
+    "k3-cp-zigzag": "K3, attention CP with the zigzag strategy",
+    "k3-cp-interleave": "K3, attention CP with the interleave strategy",
+    "k3-spec-adaptive": "K3, adaptive speculative decoding (--speculative-adaptive)",
+    "k3-pd-locked-other-phase": "K3 PD node with the other phase's graph backend locked",
+    "k3-warmup-pp-deepgemm": "K3, SGLANG_PP_PARALLEL_DEEPGEMM_WARMUP=1",
+    "k3-warmup-autotune-extend": "K3, SGLANG_FLASHINFER_AUTOTUNE_EXTEND=1",
+    "k3-draft-moe": "K3, a draft whose MoE runs through MegaMoE (NEXTN)",
+    "k3-spec-topk": "K3, EAGLE top-k > 1",
+    "k3-spec-eagle3": "K3, EAGLE3",
+    "k3-spec-ngram": "K3, NGRAM",
+    "k3-spec-standalone": "K3, STANDALONE with a dense draft",
+    "k3-spec-standalone-moe": "K3, STANDALONE with a MoE draft (its a2a backend the target's)",
+    "k3-graph-bs-explicit": "K3, explicit --cuda-graph-bs-decode",
+    "k3-context-length": "K3, explicit --context-length",
+    "k3-page-size": "K3, --page-size 16 / 64",
+    "k3-tp32": "K3, TP 32",
+    "k3-pp4": "K3, PP 4",
 }
+
+# Shapes beyond a phase's own batches (the CP strategy's padding, adaptive
+# verify widths, draft top-k rows, a PD node's locked other phase, opt-in warmups).
+NEW_AXES = (
+    "k3-cp-zigzag",
+    "k3-cp-interleave",
+    "k3-spec-adaptive",
+    "k3-pd-locked-other-phase",
+    "k3-warmup-pp-deepgemm",
+    "k3-warmup-autotune-extend",
+    "k3-draft-moe",
+    "k3-spec-topk",
+)
+# Grid axes of configurations the check already bounds (no new shape of its own).
+GRID_AXES = (
+    "k3-spec-eagle3",
+    "k3-spec-ngram",
+    "k3-spec-standalone",
+    "k3-spec-standalone-moe",
+    "k3-graph-bs-explicit",
+    "k3-context-length",
+    "k3-page-size",
+    "k3-tp32",
+    "k3-pp4",
+)
 
 
 def tags(row: dict) -> list[str]:
@@ -44,8 +86,19 @@ def tags(row: dict) -> list[str]:
         out.append(f"{family}-attn-tp")
     if args.get("enable_prefill_cp"):
         out.append(f"{family}-prefill-cp")
+        out.append(f"{family}-cp-{args.get('cp_strategy', 'zigzag')}")
     if args.get("disable_attn_tp_gather"):
         out.append(f"{family}-disable-attn-tp-gather")
+    if args["tp_size"] == 32:
+        out.append(f"{family}-tp32")
+    if args.get("pp_size", 1) == 4:
+        out.append(f"{family}-pp4")
+    if "cuda_graph_bs_decode" in args:
+        out.append(f"{family}-graph-bs-explicit")
+    if "context_length" in args:
+        out.append(f"{family}-context-length")
+    if "page_size" in args:
+        out.append(f"{family}-page-size")
     if args.get("pp_size", 1) > 1:
         out.append(f"{family}-pp")
         if args.get("enable_dynamic_chunking"):
@@ -56,9 +109,29 @@ def tags(row: dict) -> list[str]:
         out.append(f"{family}-spec")
         if "max_running_requests" not in args:
             out.append(f"{family}-spec-default-pool")
+        if args.get("speculative_adaptive"):
+            out.append(f"{family}-spec-adaptive")
+        if args.get("speculative_eagle_topk", 1) > 1:
+            out.append(f"{family}-spec-topk")
+        algorithm = args["speculative_algorithm"]
+        if algorithm == "NEXTN":
+            out.append(f"{family}-draft-moe")
+        elif algorithm == "STANDALONE":
+            moe = args["speculative_draft_model_path"] == "draft_moe"
+            out.append(f"{family}-spec-standalone" + ("-moe" if moe else ""))
+        elif algorithm in ("EAGLE3", "NGRAM"):
+            out.append(f"{family}-spec-{algorithm.lower()}")
     mode = args.get("disaggregation_mode")
     if mode:
         out.append(f"{family}-pd-{mode}")
+        other = {"prefill": "decode", "decode": "prefill"}[mode]
+        if args.get(f"cuda_graph_backend_{other}"):
+            out.append(f"{family}-pd-locked-other-phase")
+    env = row.get("env", {})
+    if env.get("SGLANG_PP_PARALLEL_DEEPGEMM_WARMUP") and args.get("pp_size", 1) > 1:
+        out.append(f"{family}-warmup-pp-deepgemm")
+    if env.get("SGLANG_FLASHINFER_AUTOTUNE_EXTEND"):
+        out.append(f"{family}-warmup-autotune-extend")
     if "max_running_requests" not in args and mode != "prefill":
         out.append(f"{family}-pool-unset")
     if args.get("disable_decode_cuda_graph"):
@@ -81,6 +154,7 @@ def outcome(result: dict) -> str:
     return "clamped" if result["log"] else "accepted"
 
 
+PP_WARMUP_CAUSE = "SGLANG_PP_PARALLEL_DEEPGEMM_WARMUP refused: its rows follow the device's SM count"
 _AT_LEAST = re.compile(r"(?:at least|required_per_rank=)(\d+)")
 
 
@@ -92,6 +166,8 @@ def refusal_cause(row: dict, result: dict) -> str:
     asked = int(asked.group(1)) if asked else None
     ref = row["reference"]
     k3 = row["model"] in K3_MODELS
+    if "SGLANG_PP_PARALLEL_DEEPGEMM_WARMUP=1" in error:
+        return PP_WARMUP_CAUSE
     if not k3:
         if "decode / verify forward" in error:
             if "decode graph" in error or "graph bucket" in error:
@@ -102,7 +178,7 @@ def refusal_cause(row: dict, result: dict) -> str:
         if "token_partition=attn_dp_size" in error:
             return "generic prefill budget under attention DP: the per-DP chunk not split over attention TP"
         if "token_partition=attn_cp_size" in error:
-            return "generic prefill budget under prefill CP: the chunk divided by attention CP (upstream's rule, kept)"
+            return "generic prefill budget under prefill CP: the chunk divided by attention CP, not split over attention TP"
         if "token_partition=attn_tp_size" in error:
             return "generic prefill budget on the attention-TP shard above the rows the runtime forms"
         return "generic budget"
@@ -191,7 +267,10 @@ def judge(spec: dict, results: dict[str, dict]) -> dict:
         stock, new = by_series["stock"][row["id"]], by_series["new"][row["id"]]
         if outcome(stock) == outcome(new):
             continue
-        changes[f"stock {verdict(stock).replace('_', ' ')}: {outcome(stock)} -> {outcome(new)}"] += 1
+        change = f"stock {verdict(stock).replace('_', ' ')}: {outcome(stock)} -> {outcome(new)}"
+        if "SGLANG_PP_PARALLEL_DEEPGEMM_WARMUP=1" in (new["error"] or ""):
+            change += " (SGLANG_PP_PARALLEL_DEEPGEMM_WARMUP refused)"
+        changes[change] += 1
     doc["non_k3_changes"] = dict(changes.most_common())
     return doc
 
@@ -209,7 +288,10 @@ def markdown(doc: dict, seconds: float) -> str:
         "from the oracle (tests/sglang/k3_grid/oracle.py), which calls sglang's own runtime",
         "code: request pool (`resolve_max_num_reqs`), decode graph buckets",
         "(`get_batch_sizes_to_capture`), eager padding, speculative verify width, prefill buffer",
-        "ceiling (`max_prefill_buffer_tokens`), and the layer-boundary split decisions.",
+        "ceiling (`max_prefill_buffer_tokens`), the layer-boundary split decisions, the CP",
+        "strategy's padding (`get_cp_padding_align_size`), every adaptive step's verify width",
+        "(`resolve_max_speculative_num_draft_tokens`), a PD node's locked other-phase graphs",
+        "and the opt-in warmups' shapes.",
         "",
         f"Seed {doc['seed']}: {doc['configs']} rows ({doc['distinct_configurations']} distinct",
         f"configurations x caps at and around each bound and fixed caps); {doc['invalid']} more",
@@ -275,7 +357,9 @@ def markdown(doc: dict, seconds: float) -> str:
             "`stock ok: refused -> clamped`: stock refused a configuration whose request pool was",
             "left unset (rightly: the pool the server would size overflows the cap); this series",
             "starts it with `max_running_requests` lowered until the decode rows fit, as for K3, and",
-            "logs one line. No other non-K3 decision differs from stock where stock was right.",
+            "logs one line. `(SGLANG_PP_PARALLEL_DEEPGEMM_WARMUP refused)`: this series refuses",
+            "that opt-in warmup under PP (its rows follow the device's SM count). No other",
+            "non-K3 decision differs from stock where stock was right.",
         ]
     lines.append("")
     return "\n".join(lines)
