@@ -9,6 +9,7 @@
 # local label +torch2.9.1, its Requires-Dist torch==2.9.1; its own folder keeps dist/sgl_kernel_ext-*.whl
 # (the torch 2.14.1 wheel) one file.
 set -euo pipefail
+CUDA=${CUDA_HOME:+$(realpath -m "$CUDA_HOME")}
 cd "$(dirname "$0")/.."
 source scripts/find_python.sh
 
@@ -17,7 +18,6 @@ ROOT=$PWD/build/ext-torch$TORCH
 OUT=dist/torch$TORCH
 KEEP=${1:-}
 
-CUDA=${CUDA_HOME:-}
 [ -n "$CUDA" ] && [ -x "$CUDA/bin/nvcc" ] ||
   { echo "$0: set CUDA_HOME to a CUDA 12.x toolkit with bin/nvcc (got '${CUDA:-unset}'); PyPI's nvidia-cuda-nvcc-cu12 has no nvcc" >&2; exit 1; }
 RELEASE=$("$CUDA/bin/nvcc" --version | sed -n -E 's/.*release ([0-9]+\.[0-9]+),.*/\1/p')
