@@ -183,9 +183,10 @@ def _hunk_of(patch: Patch, detail: str) -> str:
 
 def _differs_from_pin(patch: Patch, vtree: Path, at_version: Target) -> list[str]:
     """Files the patch modifies that are, in this version, neither the patch's own `index` pre-image
-    (a variant authored on that version's file) nor the pinned blob."""
+    (a variant authored on that version's file) nor the pinned blob. A file that neither upstream nor
+    the pin holds is one an earlier patch of the series adds: it is at the pin."""
     found = patch.not_at_preimage(lambda path: gitutil.blob_at(vtree, tree.BASE_TAG, path))
-    return [c.path for c, here in found if here is None or here != at_version.preimages.get(c.path)]
+    return [c.path for c, here in found if here != at_version.preimages.get(c.path)]
 
 
 def classify(st: PatchStatus, vtree: Path, at_version: Target) -> Cell:

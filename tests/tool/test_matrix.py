@@ -279,3 +279,42 @@ def test_outcomes_are_the_states_in_the_matrix_words():
             assert Outcome.of(state, at_pin).state == state
     assert Outcome.of(State.APPLICABLE, at_pin=False) == Outcome.OFFSETS
     assert list(matrix.LEGEND) == list(Outcome)
+
+
+def test_a_file_the_series_adds_is_at_the_pin_for_later_patches(tmp_path: Path) -> None:
+    # Patch 1 adds python/sglang/extra.py, patch 2 edits it: on the pinned version patch 2's pre-image
+    # of extra.py is patch 1's post-image, with no upstream blob to compare, so patch 2 is exact there.
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    sha = make_wheel(cache / "sglang-1.0-py3-none-any.whl", {"sglang/__init__.py": "", "sglang/model.py": BASE})
+    series = tmp_path / "patches" / "sglang"
+    pin = {"python/sglang/__init__.py": "", "python/sglang/model.py": BASE}
+    p1 = _author(
+        tmp_path, "w1", pin, {"python/sglang/model.py": FIXED}, {"python/sglang/extra.py": HOOK}, "add", series
+    )
+    p2_repo = clone(tmp_path / "w1", tmp_path / "w2")
+    write(p2_repo, "python/sglang/extra.py", HOOK.replace("H5 = 5\n", "H5 = 50\n"))
+    git(p2_repo, "commit", "-q", "-am", "extra: set H5 to 50")
+    git(p2_repo, "format-patch", "-q", "--start-number", "2", "-o", str(series), "HEAD~1..HEAD")
+    p2 = next(series.glob("0002-*.patch"))
+    (tmp_path / "patches" / "manifest.toml").write_text(
+        'schema = 1\n\n[targets.sglang]\nkind = "wheel"\nversion = "1.0"\n'
+        'upstream = "https://example.com/sglang"\nrequirement = "sglang==1.0"\n'
+        f'wheel = "sglang-1.0-py3-none-any.whl"\nsha256 = "{sha}"\n'
+        'layout = { sglang = "python/sglang" }\nproject_name = "sglang"\n'
+        f'patches = ["{p1.name}", "{p2.name}"]\n\n'
+        f'[targets.sglang.preimages]\n"python/sglang/model.py" = "{blob(BASE)}"\n\n'
+        '[targets.sglang.matrix]\nversions = ["1.0"]\n'
+    )
+    manifest = load_manifest(tmp_path / "patches")
+    opts = matrix.Options(
+        root=tmp_path,
+        cache=cache,
+        build=tmp_path / "build" / "matrix",
+        offline=True,
+        python={"sglang": Path(sys.executable)},
+    )
+    runs = matrix.run_matrix(manifest, None, {}, opts, log=lambda *_: None)
+    assert matrix.errors(runs) == []
+    (version,) = matrix_report.to_json(runs)["targets"]["sglang"]["versions"]
+    assert {p: c["outcome"] for p, c in version["cells"].items()} == {p1.name: "exact", p2.name: "exact"}
