@@ -120,16 +120,21 @@ def make_history(tmp: Path) -> tuple[Path, Path]:
     return patches, cache
 
 
-def test_every_outcome_class(tmp_path: Path) -> None:
-    patches, cache = make_history(tmp_path)
-    manifest = load_manifest(patches)
-    opts = matrix.Options(
+def _options(tmp_path: Path, cache: Path) -> matrix.Options:
+    """Offline, trees under tmp_path, the patches' tests run with this interpreter."""
+    return matrix.Options(
         root=tmp_path,
         cache=cache,
         build=tmp_path / "build" / "matrix",
         offline=True,
         python={"sglang": Path(sys.executable)},
     )
+
+
+def test_every_outcome_class(tmp_path: Path) -> None:
+    patches, cache = make_history(tmp_path)
+    manifest = load_manifest(patches)
+    opts = _options(tmp_path, cache)
     runs = matrix.run_matrix(manifest, None, {}, opts, log=lambda *_: None)
     assert matrix.errors(runs) == []
     md = matrix_report.to_markdown(matrix_report.to_json(runs))
@@ -307,13 +312,7 @@ def test_a_file_the_series_adds_is_at_the_pin_for_later_patches(tmp_path: Path) 
         '[targets.sglang.matrix]\nversions = ["1.0"]\n'
     )
     manifest = load_manifest(tmp_path / "patches")
-    opts = matrix.Options(
-        root=tmp_path,
-        cache=cache,
-        build=tmp_path / "build" / "matrix",
-        offline=True,
-        python={"sglang": Path(sys.executable)},
-    )
+    opts = _options(tmp_path, cache)
     runs = matrix.run_matrix(manifest, None, {}, opts, log=lambda *_: None)
     assert matrix.errors(runs) == []
     (version,) = matrix_report.to_json(runs)["targets"]["sglang"]["versions"]
