@@ -65,13 +65,15 @@ test-kernel: venvs trees
 # The patched wheels, every Python tag, installed: RECORD, byte diff against stock, doctor, the cp312
 # wheel in a Python 3.12 venv, and the stock wheels in the patched role failing the K3 and KT suites
 # (tests/wheels); then the K3 and KT suites against the installed stock and patched wheels (the first
-# pinned one: cp311 for sglang) instead of the trees.
+# pinned one: cp311 for sglang) instead of the trees. The K3 grid runs on the trees only (test-sglang):
+# it probes the startup check in thousands of configurations, and tests/wheels proves the installed
+# files byte-identical to the trees' post-images.
 INSTALLED := $(CURDIR)/build/installed
 test-wheels: wheels
 	scripts/install_wheels.sh
 	.venv/bin/python $(PYTEST) tests/wheels
 	SGL_OVERLAY_STOCK_ROOT_SGLANG=$(INSTALLED)/stock-sglang SGL_OVERLAY_PATCHED_ROOT_SGLANG=$(INSTALLED)/patched-sglang \
-	  .venvs/sglang/bin/python $(PYTEST) tests/sglang
+	  .venvs/sglang/bin/python $(PYTEST) tests/sglang --ignore=tests/sglang/test_k3_token_cap_grid.py
 	SGL_OVERLAY_STOCK_ROOT_SGLANG_KT=$(INSTALLED)/stock-sglang-kt SGL_OVERLAY_PATCHED_ROOT_SGLANG_KT=$(INSTALLED)/patched-sglang-kt \
 	  .venvs/sglang-kt/bin/python $(PYTEST) tests/sglang_kt
 
