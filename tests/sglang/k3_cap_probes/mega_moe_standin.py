@@ -117,24 +117,30 @@ class StandIn:
         return partial[rank, :rows]
 
 
-def k3_moe():
+def k3_moe(
+    num_experts: int = NUM_EXPERTS,
+    intermediate: int = INTERMEDIATE,
+    hidden: int = HIDDEN,
+    fuse_scaling: bool = False,
+    routed_scaling: float = 2.5,
+):
     """sglang's KimiK3MoE with the attributes _forward_mega_experts reads."""
     from sglang.srt.models.kimi_k3 import KimiK3MoE
 
     moe = KimiK3MoE.__new__(KimiK3MoE)
     torch.nn.Module.__init__(moe)
     moe.experts = SimpleNamespace(
-        num_experts=NUM_EXPERTS,
+        num_experts=num_experts,
         mega_l1_weights=object(),
         mega_l2_weights=object(),
-        should_fuse_routed_scaling_factor_in_topk=False,
+        should_fuse_routed_scaling_factor_in_topk=fuse_scaling,
         _mega_moe_nvfp4=False,
         _mega_moe_w4a4=False,
     )
     moe._mega_top_k = TOP_K
-    moe._mega_intermediate_size = INTERMEDIATE
-    moe.moe_hidden_size = HIDDEN
-    moe.routed_scaling_factor = 2.5
+    moe._mega_intermediate_size = intermediate
+    moe.moe_hidden_size = hidden
+    moe.routed_scaling_factor = routed_scaling
     return moe
 
 

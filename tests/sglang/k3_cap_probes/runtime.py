@@ -19,9 +19,9 @@ from unittest.mock import MagicMock
 warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
+from mega_moe_standin import k3_moe  # noqa: E402
 from sglang.kernels.ops.moe import dsv4  # noqa: E402
 from sglang.srt.environ import envs  # noqa: E402
-from sglang.srt.models.kimi_k3 import KimiK3MoE  # noqa: E402
 from sglang.srt.runtime_context import get_parallel  # noqa: E402
 
 HIDDEN = 8
@@ -43,20 +43,7 @@ def main():
     sys.modules["deep_gemm"] = deep_gemm
     dsv4.mega_moe_pre_dispatch = MagicMock()
 
-    moe = KimiK3MoE.__new__(KimiK3MoE)
-    torch.nn.Module.__init__(moe)
-    moe.experts = SimpleNamespace(
-        num_experts=16,
-        mega_l1_weights=object(),
-        mega_l2_weights=object(),
-        should_fuse_routed_scaling_factor_in_topk=True,
-        _mega_moe_nvfp4=False,
-        _mega_moe_w4a4=False,
-    )
-    moe._mega_top_k = TOP_K
-    moe._mega_intermediate_size = 32
-    moe.moe_hidden_size = HIDDEN
-    moe.routed_scaling_factor = 1.0
+    moe = k3_moe(num_experts=16, intermediate=32, hidden=HIDDEN, fuse_scaling=True, routed_scaling=1.0)
     results = {}
     for pair in sys.argv[1:]:
         rows, cap = map(int, pair.split(":"))
