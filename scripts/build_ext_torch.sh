@@ -1,28 +1,38 @@
 #!/usr/bin/env bash
-# sgl_kernel_ext for the KTransformers fork's torch: torch 2.9.1 (PyPI's build, CUDA 12.8).
-#   CUDA_HOME=<a CUDA 12.x toolkit> scripts/build_ext_torch.sh [--keep]
-#     -> dist/torch2.9.1/sgl_kernel_ext-<version>+torch2.9.1-cp310-abi3-linux_x86_64.whl
-# Not part of `make`: the venv (torch 2.9.1 and its CUDA 12 wheels, ~5 GB) lives in build/ext-torch2.9.1
-# and is deleted at the end unless --keep (a kept one is reused). CUDA_HOME must hold bin/nvcc of CUDA 12
-# (12.9 for the release architectures' sm_100f): torch 2.9.1's check refuses nvcc 13, and PyPI's
-# nvidia-cuda-nvcc-cu12 wheels ship ptxas but no nvcc. The wheel's version is pyproject.toml's with the
-# local label +torch2.9.1, its Requires-Dist torch==2.9.1; its own folder keeps dist/sgl_kernel_ext-*.whl
+# sgl_kernel_ext for a torch other than the shipped wheel's (2.14.1): the torch an older sglang or the
+# KTransformers fork pins, as PyPI builds it.
+#   CUDA_HOME=<toolkit> scripts/build_ext_torch.sh <torch version> [--keep]
+#     -> dist/torch<version>/sgl_kernel_ext-<version>+torch<version>-cp310-abi3-linux_x86_64.whl
+#   2.13.0 (sglang 0.5.18-0.5.21): CUDA 13, e.g. CUDA_HOME=/usr/local/cuda-13.0
+#   2.9.1 (sglang-kt 0.7.x): CUDA 12 (12.9 for the release architectures' sm_100f); PyPI's
+#     nvidia-cuda-nvcc-cu12 wheels ship ptxas but no nvcc, so it must come from NVIDIA's installer.
+# Not part of `make`: the venv (that torch and its CUDA wheels, ~5-7 GB) lives in build/ext-torch<version>
+# and is deleted at the end unless --keep (a kept one is reused). torch's extension build refuses an nvcc
+# of another CUDA major than torch's own. The wheel's version is pyproject.toml's with the local label
+# +torch<version>, its Requires-Dist torch==<version>; its own folder keeps dist/sgl_kernel_ext-*.whl
 # (the torch 2.14.1 wheel) one file.
 set -euo pipefail
 CUDA=${CUDA_HOME:+$(realpath -m "$CUDA_HOME")}
 cd "$(dirname "$0")/.."
 source scripts/find_python.sh
 
-TORCH=2.9.1
+TORCH=${1:-}
+KEEP=${2:-}
+# The CUDA major of PyPI's build of each torch this script was written for (checked again below against
+# the installed torch.version.cuda).
+case $TORCH in
+  2.9.1) WANT_CUDA=12 ;;
+  2.13.0) WANT_CUDA=13 ;;
+  *) echo "$0: usage: CUDA_HOME=<toolkit> $0 2.9.1|2.13.0 [--keep] (got '${TORCH:-nothing}')" >&2; exit 1 ;;
+esac
 ROOT=$PWD/build/ext-torch$TORCH
 OUT=dist/torch$TORCH
-KEEP=${1:-}
 
 [ -n "$CUDA" ] && [ -x "$CUDA/bin/nvcc" ] ||
-  { echo "$0: set CUDA_HOME to a CUDA 12.x toolkit with bin/nvcc (got '${CUDA:-unset}'); PyPI's nvidia-cuda-nvcc-cu12 has no nvcc" >&2; exit 1; }
+  { echo "$0: set CUDA_HOME to a CUDA $WANT_CUDA.x toolkit with bin/nvcc (got '${CUDA:-unset}'); PyPI's nvidia-cuda-nvcc-cu12 has no nvcc" >&2; exit 1; }
 RELEASE=$("$CUDA/bin/nvcc" --version | sed -n -E 's/.*release ([0-9]+\.[0-9]+),.*/\1/p')
-[ "${RELEASE%%.*}" = 12 ] ||
-  { echo "$0: $CUDA/bin/nvcc is CUDA ${RELEASE:-?}; torch $TORCH (CUDA 12.8) needs a CUDA 12.x nvcc: set CUDA_HOME to one" >&2; exit 1; }
+[ "${RELEASE%%.*}" = "$WANT_CUDA" ] ||
+  { echo "$0: $CUDA/bin/nvcc is CUDA ${RELEASE:-?}; torch $TORCH (CUDA $WANT_CUDA) needs a CUDA $WANT_CUDA.x nvcc: set CUDA_HOME to one" >&2; exit 1; }
 echo "nvcc: $CUDA/bin/nvcc (CUDA $RELEASE)"
 export CUDA_HOME=$CUDA
 # The release architectures (_build.RELEASE_GENCODES) unless TORCH_CUDA_ARCH_LIST says otherwise
@@ -32,6 +42,9 @@ export CUDA_HOME=$CUDA
 [ -x "$ROOT/venv/bin/python" ] || "$(find_python 3.12)" -m venv "$ROOT/venv"
 VPY=$ROOT/venv/bin/python
 "$VPY" -m pip install -q --no-cache-dir "torch==$TORCH" setuptools wheel numpy
+TORCH_CUDA=$("$VPY" -c "import torch; print(torch.version.cuda or 'none')")
+[ "${TORCH_CUDA%%.*}" = "$WANT_CUDA" ] ||
+  { echo "$0: the torch $TORCH pip installed in $ROOT/venv has CUDA $TORCH_CUDA, not $WANT_CUDA (a +cpu wheel from a local --find-links?); delete $ROOT and install from PyPI" >&2; exit 1; }
 
 # A copy of the sources with the local version label (the checkout stays as it is).
 SRC=$ROOT/src
@@ -47,7 +60,7 @@ PATH="$CUDA/bin:$PATH" "$VPY" -m pip wheel -q --no-build-isolation --no-deps -w 
 ls -l "$OUT"/*.whl && sha256sum "$OUT"/*.whl
 rm -rf "$SRC"
 
-# On this machine (CPU): pip takes it by its pinned version (torch==2.9.1 satisfied, nothing downloaded),
+# On this machine (CPU): pip takes it by its pinned version (its torch pin satisfied, nothing downloaded),
 # the ops register, _C.read_values reads tests/kernel/list_inputs.py's inputs as stock's caller does,
 # and the library holds the release architectures' SASS (_build.RELEASE_GENCODES).
 VERSION=$(sed -n -E 's/^version = "([^"]+)"$/\1/p' sgl_kernel_ext/pyproject.toml)+torch$TORCH

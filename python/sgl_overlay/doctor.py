@@ -142,6 +142,19 @@ def check_python_target(
     return findings
 
 
+def _ext_install(dist_dir: Path, torch: str | None) -> str:
+    """How to install the sgl_kernel_ext built for this torch: the wheel in dist_dir that requires it
+    (pip would replace torch to satisfy another's pin), else how to build one."""
+    if torch is None:
+        return f"pip install {dist_dir}/sgl_kernel_ext-*.whl"
+    wheel = routes.ext_wheel_for(dist_dir, torch)
+    if wheel is None:
+        return f"build sgl_kernel_ext against torch {torch}: scripts/build_ext_torch.sh (sgl_kernel_ext/README.md)"
+    if wheel.path.parent == dist_dir:
+        return f"pip install {wheel.path}"
+    return f'pip install --no-index --find-links {wheel.path.parent} "{EXT_DIST}=={wheel.version}"'
+
+
 def _ext_findings(data: dict, fix: str, pin: str | None) -> list[Finding]:
     """sgl_kernel_ext installed, and loading with this environment's torch (what it was built for); the
     load is not checked where no torch is installed (nothing can serve there; an image's stand-in)."""
@@ -188,7 +201,7 @@ def check_kernel(
     if not any(name in dists for name in KERNEL_NAMES) and data.get("kernel") is None:
         return []
     way = route.way if route is not None else routes.Way.PLUGIN
-    fix = f"pip install {dist_dir}/sgl_kernel_ext-*.whl"
+    fix = _ext_install(dist_dir, data.get("torch"))
     findings = _ext_findings(data, fix, route.torch_pin if route else None)
     if way == routes.Way.PLUGIN:
         wired = any(ep[1].startswith(EXT_MODULE) for ep in data["plugins"])

@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from packaging.metadata import Metadata
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
+from wheel.wheelfile import WheelFile
 
 PLUGINS = "sglang/srt/plugins/__init__.py"  # wheel path of sglang's plugin loader
 RUNNER = "sglang/srt/layers/moe/moe_runner/deep_gemm.py"  # wheel path of the DeepGEMM MoE runner
@@ -77,3 +79,34 @@ def route_of(dist: str, info: dict, torch: str | None) -> Route:
 
 def kernel_lengths(version: str | None) -> tuple[int, ...] | None:
     return KERNEL_N.get(version or "")
+
+
+@dataclass(frozen=True)
+class ExtWheel:
+    """An sgl_kernel_ext wheel in a dist folder and the torch it was built for."""
+
+    path: Path
+    version: str
+    torch_pin: str | None
+
+
+def ext_wheels(dist_dir: Path) -> list[ExtWheel]:
+    """sgl_kernel_ext wheels in dist_dir (the shipped one) and its torch<version>/ folders
+    (scripts/build_ext_torch.sh's), each with the torch pin its METADATA requires."""
+    found = []
+    for path in sorted([*dist_dir.glob("sgl_kernel_ext-*.whl"), *dist_dir.glob("torch*/sgl_kernel_ext-*.whl")]):
+        try:
+            with WheelFile(path) as whl:
+                text = whl.read(f"{whl.dist_info_path}/METADATA").decode()
+        except (OSError, ValueError, KeyError):
+            continue  # not a readable wheel: not one to offer
+        meta = Metadata.from_email(text, validate=False)
+        found.append(ExtWheel(path, str(meta.version), torch_pin([str(r) for r in meta.requires_dist or []])))
+    return found
+
+
+def ext_wheel_for(dist_dir: Path, torch: str | None) -> ExtWheel | None:
+    """The sgl_kernel_ext wheel in dist_dir built for the installed torch, if there is one."""
+    if torch is None:
+        return None
+    return next((w for w in ext_wheels(dist_dir) if w.torch_pin and pin_allows(w.torch_pin, torch)), None)

@@ -3,6 +3,7 @@ the fast caller path (sgl_kernel_ext >= 0.2.0), from the probe's data."""
 
 from __future__ import annotations
 
+import shutil
 import tomllib
 from pathlib import Path
 
@@ -73,3 +74,46 @@ def test_extension_load_is_checked_only_where_torch_is():
     found = {f.what: f for f in check_kernel({**data, "live": None, "torch": "2.9.1"}, Path("dist"))}
     load = found["sgl-kernel-ext 0.2.0 (built for torch==2.14.1) loads with torch 2.9.1"]
     assert not load.ok and load.fix.startswith("build sgl_kernel_ext against torch 2.9.1")
+
+
+def _ext_wheel(folder: Path, version: str, torch: str) -> Path:
+    """A minimal sgl_kernel_ext wheel, built by `wheel pack`, whose METADATA requires torch==<torch>."""
+    import subprocess
+    import sys
+
+    tree = folder / "tree" / f"sgl_kernel_ext-{version}"
+    info = tree / f"sgl_kernel_ext-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: sgl-kernel-ext\nVersion: {version}\nRequires-Dist: torch=={torch}\n"
+    )
+    (info / "WHEEL").write_text(
+        "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: cp310-abi3-linux_x86_64\n"
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [sys.executable, "-m", "wheel", "pack", "-d", str(folder), str(tree)], check=True, capture_output=True
+    )
+    return next(folder.glob(f"sgl_kernel_ext-{version.replace('+', '*')}-*.whl"))
+
+
+def test_install_fix_names_the_wheel_built_for_the_installed_torch(tmp_path):
+    """dist/ holds the shipped wheel (torch 2.14.1) and a torch2.13.0/ one: the fix for a missing
+    extension installs the wheel whose torch pin the installed torch meets, never one that would make
+    pip replace torch, and names the build script where dist/ has none."""
+    dist = tmp_path / "dist"
+    shipped = _ext_wheel(dist, "0.2.0", "2.14.1")
+    _ext_wheel(dist / "torch2.13.0", "0.2.0+torch2.13.0", "2.13.0")
+    shutil.rmtree(dist / "tree"), shutil.rmtree(dist / "torch2.13.0" / "tree")
+
+    def fix(torch):
+        data = {"dists": {"sglang-kernel": {"version": "0.4.7", "root": "/x"}}, "plugins": [], "live": None}
+        found = check_kernel({**data, "torch": torch}, dist)
+        return next(f.fix for f in found if f.what.startswith(f"{EXT_DIST} installed"))
+
+    assert fix("2.14.1+cu130") == f"pip install {shipped}"
+    assert (
+        fix("2.13.0") == f'pip install --no-index --find-links {dist / "torch2.13.0"} "{EXT_DIST}==0.2.0+torch2.13.0"'
+    )
+    assert fix("2.11.0").startswith("build sgl_kernel_ext against torch 2.11.0: scripts/build_ext_torch.sh")
+    assert fix(None) == f"pip install {dist}/sgl_kernel_ext-*.whl"
