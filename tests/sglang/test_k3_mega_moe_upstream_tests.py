@@ -1,4 +1,4 @@
-"""The unit tests carried inside patches/sglang/0001-0003 and 0005-0007 run from
+"""The unit tests carried inside patches/sglang/0001-0004 and 0006-0008 run from
 the patched tree and pass there, and fail against the stock sglang package.
 
 They live in the patched tree in upstream's layout (``test/registered/unit/...``).

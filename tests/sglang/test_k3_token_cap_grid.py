@@ -1,4 +1,4 @@
-"""Kimi K3 / MegaMoE token cap over a configuration grid (patches/sglang/0001-0003, 0005-0007).
+"""Kimi K3 / MegaMoE token cap over a configuration grid (patches/sglang/0001-0004, 0006-0008).
 
 Each row of the grid (tests/sglang/k3_grid/grid.py, fixed seed) is resolved by sglang
 0.5.23's real ServerArgs pipeline in a probe process (k3_grid/probe.py) for two
