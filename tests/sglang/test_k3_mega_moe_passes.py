@@ -1,5 +1,5 @@
 """Kimi K3 MegaMoE: rows over the token cap run in passes every EP rank agrees on
-(patches/sglang/0005).
+(patches/sglang/0006).
 
 Runs sglang 0.5.23's real ``KimiK3MoE._forward_mega_experts`` in subprocess probes,
 on the stock and the patched tree, with DeepGEMM's fused MegaMoE kernel and the
@@ -77,8 +77,7 @@ def test_one_warning_per_process(one_rank):
         f"Kimi K3 MegaMoE: {ROWS} rows on the busiest EP rank exceed {CAP_ENV}=39; "
         "running the routed experts in 2 passes (tp=1 attn_tp=1 attn_dp=1 attn_cp=1 ep=1). "
         "The startup check did not foresee this shape. "
-        f"Set {CAP_ENV} to at least {ROWS} (no larger MegaMoE symmetric buffer: both caps "
-        "round up to 1920 tokens) to run it in one pass. Logged once per process."
+        f"Set {CAP_ENV} to at least {ROWS} to run it in one pass. Logged once per process."
     )
 
 

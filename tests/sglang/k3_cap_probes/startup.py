@@ -12,7 +12,7 @@ per-DP chunk, then ``validate_mega_moe_token_budget_for_model`` with the cap in
 ``SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK``.
 
 Prints one JSON object: name -> {"accepted", "error", "chunk", "bounds"}; "bounds"
-is K3's per-phase row bound where the tree has it (patched), else null.
+is a K3 case's per-phase row bound where the tree has it (patched), else null.
 """
 
 import json
@@ -39,6 +39,7 @@ from sglang.srt.model_executor.cuda_graph_config import (  # noqa: E402
 from sglang.srt.server_args import ServerArgs  # noqa: E402
 
 CAP_ENV = "SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK"
+K3_ARCHS = ("KimiK3ForConditionalGeneration", "KimiK3LinearForCausalLM")
 
 
 def run_case(case):
@@ -60,8 +61,8 @@ def run_case(case):
     handle_data_parallelism(server_args)
     cfg = resolving_view(server_args)
     bounds = None
-    row_bounds = getattr(mega_moe_hook, "kimi_k3_mega_moe_row_bounds", None)
-    if row_bounds is not None and case["arch"] in mega_moe_hook.KIMI_K3_ARCHS:
+    row_bounds = getattr(mega_moe_hook, "mega_moe_row_bounds", None)
+    if row_bounds is not None and case["arch"] in K3_ARCHS:
         bounds = {b.term: b.rows for b in row_bounds(server_args)}
     os.environ[CAP_ENV] = str(case["cap"])
     try:
