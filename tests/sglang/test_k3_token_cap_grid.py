@@ -1,4 +1,4 @@
-"""Kimi K3 / MegaMoE token cap over a configuration grid (patches/sglang/0001-0004, 0006-0008).
+"""Kimi K3 / MegaMoE token cap over a configuration grid (patches/sglang/0001-0004, 0006-0009).
 
 Each row of the grid (tests/sglang/k3_grid/grid.py, fixed seed) is resolved by sglang
 0.5.23's real ServerArgs pipeline in a probe process (k3_grid/probe.py) for two
@@ -117,13 +117,16 @@ def test_stock_accepts_overflowing_configs(graded):
 
 
 def test_new_axes_are_in_the_grid(graded):
-    """Each shape the check learned, and each grid axis (EAGLE3, NGRAM, STANDALONE
-    drafts, explicit decode graph sizes, context length, page size, TP 32, PP 4), is a
-    class of the grid with rows of its own, and this series' false refusals are only
-    the warmup it refuses outright."""
+    """Each shape the check learned (chunk-disabled prefill included), and each grid
+    axis (EAGLE3, NGRAM, STANDALONE drafts, explicit decode graph sizes, context length,
+    page size, TP 32, PP 4), is a class of the grid with rows of its own, as are draft
+    top-k rows from dense and MoE drafts, and this series' false refusals are only the
+    warmup it refuses outright."""
     doc, _, _ = graded
     for tag in report.NEW_AXES + report.GRID_AXES:
         assert doc["classes"][tag]["new"]["configs"] >= 40, tag
+    for tag in report.DRAFT_AXES:
+        assert doc["classes"][tag]["new"]["configs"] >= 5, tag
     assert set(doc["series"]["new"]["false_refusal_causes"]) <= {report.PP_WARMUP_CAUSE}
 
 

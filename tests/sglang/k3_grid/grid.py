@@ -134,7 +134,9 @@ def _config(rng: random.Random) -> dict:
         args["enable_dynamic_chunking"] = True
     if rng.random() < 0.15:
         args["enable_mixed_chunk"] = True
-    if rng.random() < 0.25:
+    # Without a chunk, --max-prefill-tokens and --context-length set the prefill batch.
+    unchunked = chunk is not None and chunk <= 0
+    if rng.random() < (0.7 if unchunked else 0.25):
         args["max_prefill_tokens"] = rng.choice([8192, 16384, 65536])
     algorithms = ["EAGLE", "NEXTN", "DSPARK", "EAGLE3"]
     if "enable_dp_attention" not in args:
@@ -166,7 +168,7 @@ def _config(rng: random.Random) -> dict:
         args["cuda_graph_max_bs_decode"] = rng.choice([8, 48, 160, 512, 1024])
     if rng.random() < 0.5:
         args["max_running_requests"] = rng.choice([8, 48, 64, 256, 600, 1024, 4096])
-    if rng.random() < 0.15:
+    if rng.random() < (0.6 if unchunked else 0.15):
         args["context_length"] = rng.choice([2048, 8192, 32768])
     # Upstream refuses a paged KV cache with top-k > 1 (NGRAM's BFS breadth is its top-k).
     if rng.random() < 0.15 and spec != "NGRAM" and args.get("speculative_eagle_topk", 1) == 1:

@@ -19,7 +19,9 @@ time:
   (target verify).
 - prefill ceiling: ``runtime_context.max_prefill_buffer_tokens`` (chunk, or the
   dynamic-chunking ceiling under PP); a mixed-chunk batch stays inside it because
-  ``PrefillAdder`` takes its decode rows off the chunk. Prefill CUDA graph buckets
+  ``PrefillAdder`` takes its decode rows off the chunk. With chunked prefill
+  disabled: the largest batch the real ``PrefillAdder`` admits from synthetic
+  requests (admission.py). Prefill CUDA graph buckets
   (captured and padded to) are added where a prefill graph backend is on.
 - DP padding: ``forward_batch_info.prepare_mlp_sync_batch`` pads each DP rank's
   tokens to a multiple of attention TP (the line is inlined: it needs a
@@ -35,8 +37,9 @@ time:
 - adaptive speculative decoding: every step's verify width, up to
   ``SpeculativeAlgorithm.resolve_max_speculative_num_draft_tokens``.
 - a draft model whose MoE runs through MegaMoE (NEXTN drafts the target's own
-  layers; the draft's a2a backend defaults to the target's): a draft step runs
-  max(top-k, draft tokens) rows per request.
+  layers; the draft's a2a backend from ``moe.utils.initialize_moe_config``, the
+  target's by default): a draft step runs max(top-k, draft tokens) rows per
+  request. A dense draft's top-k rows never reach MegaMoE.
 - opt-in warmups: ``SGLANG_PP_PARALLEL_DEEPGEMM_WARMUP`` under PP
   (``compile_utils.pp_parallel_deep_gemm_warmup``: batch sizes up to
   n_sms * 64, H200_SMS here) and ``SGLANG_FLASHINFER_AUTOTUNE_EXTEND``
@@ -56,8 +59,6 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import torch
-
-INFINITE = 1 << 40
 
 K3_ARCHS = ("KimiK3ForConditionalGeneration", "KimiK3LinearForCausalLM")
 
@@ -122,6 +123,7 @@ def _pp_warmup_batch_sizes(a: int, mlp_sync: bool) -> list[int]:
 
 def oracle(server_args, arch: str, draft_moe: bool = False) -> dict:
     """{"prefill": rows or None, "decode": rows or None, "pool": ..., ...}"""
+    from admission import unchunked_prefill_tokens
     from sglang.srt.arg_groups.overrides import model_config_of, resolved_view
     from sglang.srt.environ import envs
     from sglang.srt.layers.layer_boundary import factories
@@ -132,6 +134,7 @@ def oracle(server_args, arch: str, draft_moe: bool = False) -> dict:
     )
     from sglang.srt.runtime_context import (
         get_exec,
+        get_flags,
         get_parallel,
         get_schedule,
         max_prefill_buffer_tokens,
@@ -184,7 +187,7 @@ def oracle(server_args, arch: str, draft_moe: bool = False) -> dict:
         tokens = 0
         if mode != "decode":
             if not cfg.chunked_prefill_size or cfg.chunked_prefill_size <= 0:
-                tokens = INFINITE
+                tokens = unchunked_prefill_tokens(model_config, cfg.page_size, pool)
             else:
                 tokens = max_prefill_buffer_tokens()
         if prefill_cg.backend != Backend.DISABLED and prefill_cg.bs:
@@ -197,9 +200,7 @@ def oracle(server_args, arch: str, draft_moe: bool = False) -> dict:
             tokens = max(tokens, max_prefill_buffer_tokens() or get_schedule().max_prefill_tokens)
         if pp_warmup and mode != "decode":
             tokens = max(tokens, max(_pp_warmup_batch_sizes(a, mlp_sync)))
-        if tokens >= INFINITE:
-            result["prefill"] = INFINITE
-        elif tokens == 0:
+        if tokens == 0:
             result["prefill"] = None
         else:
             if mlp_sync:
@@ -218,7 +219,9 @@ def oracle(server_args, arch: str, draft_moe: bool = False) -> dict:
             if cfg.speculative_adaptive and widest:
                 # A verify graph per adaptive step, each its own width.
                 per_req = max(per_req, widest)
-            if draft_moe:
+            # The draft's a2a backend (initialize_moe_config: the target's unless
+            # --speculative-moe-a2a-backend sets one).
+            if draft_moe and get_flags().moe.speculative_a2a_backend.is_megamoe():
                 per_req = max(per_req, cfg.speculative_eagle_topk or 1, cfg.speculative_num_draft_tokens or 1)
         bs = 0 if mode == "prefill" else get_eager_max_batch_size(pool)
         if decode_cg.backend != Backend.DISABLED:

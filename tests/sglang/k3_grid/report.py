@@ -34,6 +34,7 @@ REPORTED_CLASSES = {
     "k3-warmup-autotune-extend": "K3, SGLANG_FLASHINFER_AUTOTUNE_EXTEND=1",
     "k3-draft-moe": "K3, a draft whose MoE runs through MegaMoE (NEXTN)",
     "k3-spec-topk": "K3, EAGLE top-k > 1",
+    "k3-chunk-disabled": "K3, --chunked-prefill-size -1 (PrefillAdder's admission bounds the batch)",
     "k3-spec-eagle3": "K3, EAGLE3",
     "k3-spec-ngram": "K3, NGRAM",
     "k3-spec-standalone": "K3, STANDALONE with a dense draft",
@@ -56,7 +57,11 @@ NEW_AXES = (
     "k3-warmup-autotune-extend",
     "k3-draft-moe",
     "k3-spec-topk",
+    "k3-chunk-disabled",
 )
+# Draft top-k above the draft tokens: a dense draft's top-k rows skip MegaMoE, a
+# MoE draft's reach it (reported in the class table; few rows each).
+DRAFT_AXES = ("k3-topk-rows-dense-draft", "k3-topk-rows-moe-draft")
 # Grid axes of configurations the check already bounds (no new shape of its own).
 GRID_AXES = (
     "k3-spec-eagle3",
@@ -111,9 +116,12 @@ def tags(row: dict) -> list[str]:
             out.append(f"{family}-spec-default-pool")
         if args.get("speculative_adaptive"):
             out.append(f"{family}-spec-adaptive")
+        algorithm = args["speculative_algorithm"]
         if args.get("speculative_eagle_topk", 1) > 1:
             out.append(f"{family}-spec-topk")
-        algorithm = args["speculative_algorithm"]
+            if algorithm != "NGRAM" and args["speculative_eagle_topk"] > args.get("speculative_num_draft_tokens", 1):
+                moe = algorithm == "NEXTN" or args.get("speculative_draft_model_path") == "draft_moe"
+                out.append(f"{family}-topk-rows-{'moe' if moe else 'dense'}-draft")
         if algorithm == "NEXTN":
             out.append(f"{family}-draft-moe")
         elif algorithm == "STANDALONE":
@@ -290,8 +298,9 @@ def markdown(doc: dict, seconds: float) -> str:
         "(`get_batch_sizes_to_capture`), eager padding, speculative verify width, prefill buffer",
         "ceiling (`max_prefill_buffer_tokens`), the layer-boundary split decisions, the CP",
         "strategy's padding (`get_cp_padding_align_size`), every adaptive step's verify width",
-        "(`resolve_max_speculative_num_draft_tokens`), a PD node's locked other-phase graphs",
-        "and the opt-in warmups' shapes.",
+        "(`resolve_max_speculative_num_draft_tokens`), a PD node's locked other-phase graphs,",
+        "the opt-in warmups' shapes, the largest batch the real `PrefillAdder` admits with",
+        "chunked prefill disabled, and a draft's top-k rows only where its MoE runs MegaMoE.",
         "",
         f"Seed {doc['seed']}: {doc['configs']} rows ({doc['distinct_configurations']} distinct",
         f"configurations x caps at and around each bound and fixed caps); {doc['invalid']} more",
