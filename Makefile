@@ -22,11 +22,13 @@ trees: $(TOOL)
 
 # dist/: the patched sglang / sglang-kt wheels, the tool's wheel (with a copy of patches/; python/build is
 # removed first so that no file deleted from patches/ ships) and sgl_kernel_ext, built by $(1) (a Python
-# with the torch it is for, setuptools and nvcc on PATH).
+# with the torch it is for, setuptools and nvcc on PATH) into $(KERNEL_BUILD) with its build log, which
+# test-kernel checks (scripts/build_kernel_wheel.sh).
+KERNEL_BUILD := build/kernel-wheel
 define build_dist
 	$(TOOL) wheels --out dist
 	rm -rf python/build && .venv/bin/python -m pip wheel -q --no-deps -w dist ./python && rm -rf python/build
-	$(1) -m pip wheel -q --no-deps --no-build-isolation -w dist ./sgl_kernel_ext
+	scripts/build_kernel_wheel.sh $(1) $(KERNEL_BUILD) && cp $(KERNEL_BUILD)/sgl_kernel_ext-*.whl dist/
 endef
 
 wheels: trees venvs
@@ -59,8 +61,10 @@ test-sglang: venvs trees
 test-sglang-kt: venvs trees
 	.venvs/sglang-kt/bin/python $(PYTEST) tests/sglang_kt
 
-test-kernel: venvs trees
-	.venvs/sglang/bin/python $(PYTEST) tests/kernel
+# tests/kernel/test_kernel_build.py checks the sgl_kernel_ext wheel `wheels` built for dist/ (one nvcc
+# build of the release architectures for both).
+test-kernel: venvs trees wheels
+	SGL_KERNEL_EXT_WHEEL_BUILD=$(CURDIR)/$(KERNEL_BUILD) .venvs/sglang/bin/python $(PYTEST) tests/kernel
 
 # The patched wheels, every Python tag, installed: RECORD, byte diff against stock, doctor, the cp312
 # wheel in a Python 3.12 venv, and the stock wheels in the patched role failing the K3 and KT suites
