@@ -22,11 +22,13 @@ trees: $(TOOL)
 
 # dist/: the patched sglang / sglang-kt wheels, the tool's wheel (with a copy of patches/; python/build is
 # removed first so that no file deleted from patches/ ships) and sgl_kernel_ext, built by $(1) (a Python
-# with the torch it is for, setuptools and nvcc on PATH).
+# with the torch it is for, setuptools and nvcc on PATH) into $(KERNEL_BUILD) with its build log, which
+# test-kernel checks (scripts/build_kernel_wheel.sh).
+KERNEL_BUILD := build/kernel-wheel
 define build_dist
 	$(TOOL) wheels --out dist
 	rm -rf python/build && .venv/bin/python -m pip wheel -q --no-deps -w dist ./python && rm -rf python/build
-	$(1) -m pip wheel -q --no-deps --no-build-isolation -w dist ./sgl_kernel_ext
+	scripts/build_kernel_wheel.sh $(1) $(KERNEL_BUILD) && cp $(KERNEL_BUILD)/sgl_kernel_ext-*.whl dist/
 endef
 
 wheels: trees venvs
@@ -59,23 +61,37 @@ test-sglang: venvs trees
 test-sglang-kt: venvs trees
 	.venvs/sglang-kt/bin/python $(PYTEST) tests/sglang_kt
 
-test-kernel: venvs trees
-	.venvs/sglang/bin/python $(PYTEST) tests/kernel
+# tests/kernel/test_kernel_build.py checks the sgl_kernel_ext wheel `wheels` built for dist/ (one nvcc
+# build of the release architectures for both).
+test-kernel: venvs trees wheels
+	SGL_KERNEL_EXT_WHEEL_BUILD=$(CURDIR)/$(KERNEL_BUILD) .venvs/sglang/bin/python $(PYTEST) tests/kernel
 
 # The patched wheels, every Python tag, installed: RECORD, byte diff against stock, doctor, the cp312
 # wheel in a Python 3.12 venv, and the stock wheels in the patched role failing the K3 and KT suites
-# (tests/wheels); then the K3 and KT suites against the installed stock and patched wheels (the first
-# pinned one: cp311 for sglang) instead of the trees. The K3 grid runs on the trees only (test-sglang):
-# it probes the startup check in thousands of configurations, and tests/wheels proves the installed
-# files byte-identical to the trees' post-images.
+# (tests/wheels). Then, against the installed stock and patched wheels (the first pinned one: cp311 for
+# sglang) instead of the trees, the tests whose subject is the package as pip lays it out, imported from
+# there: each patch's own unit test (upstream's test/ layout, run with only the package on PYTHONPATH and
+# importing its sglang.test helpers from it), for sglang 0001-0003 and 0005-0007
+# (test_k3_mega_moe_upstream_tests.py) and 0004 (test_deep_gemm_copy_list_upstream_test.py), for sglang-kt
+# 0001 (test_kt_gpu_expert_remap.py's upstream_unit_test cases) and 0002 (in test_kt_deep_gemm_copy_list.py,
+# whose probe also asserts that the deep_gemm runner it runs is the installed one and that it reaches this
+# repository's sgl_kernel_ext). The probe suites run on the trees only (test-sglang, test-sglang-kt): the K3
+# startup/runtime probes (test_k3_mega_moe_token_cap.py), the multi-pass probes (test_k3_mega_moe_passes.py),
+# the K3 grid and the KT remap probe (the rest of test_kt_gpu_expert_remap.py). They prove the patched
+# functions' behaviour on the post-image files, which tests/wheels proves the installed files are byte for
+# byte; rerun here they would add about 5 minutes and prove nothing new.
 INSTALLED := $(CURDIR)/build/installed
+SGLANG_WHEEL_TESTS := tests/sglang/test_k3_mega_moe_upstream_tests.py tests/sglang/test_deep_gemm_copy_list_upstream_test.py
+KT_REMAP := tests/sglang_kt/test_kt_gpu_expert_remap.py
+KT_WHEEL_TESTS := tests/sglang_kt/test_kt_deep_gemm_copy_list.py $(KT_REMAP)::test_upstream_unit_test_passes_on_patched \
+  $(KT_REMAP)::test_upstream_unit_test_fails_on_stock
 test-wheels: wheels
 	scripts/install_wheels.sh
 	.venv/bin/python $(PYTEST) tests/wheels
 	SGL_OVERLAY_STOCK_ROOT_SGLANG=$(INSTALLED)/stock-sglang SGL_OVERLAY_PATCHED_ROOT_SGLANG=$(INSTALLED)/patched-sglang \
-	  .venvs/sglang/bin/python $(PYTEST) tests/sglang --ignore=tests/sglang/test_k3_token_cap_grid.py
+	  .venvs/sglang/bin/python $(PYTEST) $(SGLANG_WHEEL_TESTS)
 	SGL_OVERLAY_STOCK_ROOT_SGLANG_KT=$(INSTALLED)/stock-sglang-kt SGL_OVERLAY_PATCHED_ROOT_SGLANG_KT=$(INSTALLED)/patched-sglang-kt \
-	  .venvs/sglang-kt/bin/python $(PYTEST) tests/sglang_kt
+	  .venvs/sglang-kt/bin/python $(PYTEST) $(KT_WHEEL_TESTS)
 
 # README.md's "Installing on a GPU box" commands, as written, in a fresh venv (full dependency set), and
 # the launch command.

@@ -6,7 +6,8 @@
 # verbatim. Outside the repository; 1-3 min on a loaded 2-core machine (most of it installing sglang
 # twice), ~250 MB, removed after.
 set -euo pipefail
-export PIP_NO_COMPILE=1   # byte-compiling sglang takes most of the time and checks nothing here
+# byte-compiling sglang takes most of the time and checks nothing here (pip reads PIP_NO_COMPILE=1 as compile=1)
+export PIP_COMPILE=no
 cd "$(dirname "$0")/.."
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT

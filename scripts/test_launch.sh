@@ -3,8 +3,15 @@
 # stock sglang with its full dependency set, the patched twin, sgl_kernel_ext, the tool, doctor (which
 # must find every fix). Then `pip show` carries the local label and `python -m sglang.launch_server
 # --help` imports beside the real dependencies.
-# ~11 GB (torch 2.14.1 CUDA build, flashinfer, cutlass-dsl, ...); 15 min on a loaded 2-core machine.
+# ~11 GB (torch 2.14.1 CUDA build, flashinfer, cutlass-dsl, ...), of which ~1.6 GB come from PyPI and the
+# rest from this machine's local wheel store; 7-11 min on a loaded 2-core machine. The venv's pip is
+# upgraded first, as scripts/setup_venvs.sh does (its cache then serves what the test venvs already
+# downloaded), and nothing is byte-compiled at install (PIP_COMPILE=no; pip reads PIP_NO_COMPILE=1 as
+# compile=1): the commands run as written, and doctor's imports write the bytecode of what they load, which
+# the launch command's then reuse (PYTHONDONTWRITEBYTECODE is unset, as on a user's machine).
 set -euo pipefail
+export PIP_COMPILE=no
+unset PYTHONDONTWRITEBYTECODE
 cd "$(dirname "$0")/.."
 REPO=$PWD
 BOX=build/launch-box   # the GPU box's folder: the venv and dist/
@@ -13,6 +20,7 @@ rm -rf "$BOX"
 mkdir -p "$BOX"
 ln -s "$REPO/dist" "$BOX/dist"
 python3 -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
 t0=$SECONDS
 # The first bash block after the section's heading.
 block=$(awk '/^## Installing on a GPU box$/{on=1} on && /^```bash$/{code=1; next} code && /^```$/{exit} code' README.md)
