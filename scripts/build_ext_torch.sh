@@ -18,21 +18,14 @@ source scripts/find_python.sh
 
 TORCH=${1:-}
 KEEP=${2:-}
-# The CUDA major of PyPI's build of each torch this script was written for (checked again below against
-# the installed torch.version.cuda).
-case $TORCH in
-  2.9.1) WANT_CUDA=12 ;;
-  2.13.0) WANT_CUDA=13 ;;
-  *) echo "$0: usage: CUDA_HOME=<toolkit> $0 2.9.1|2.13.0 [--keep] (got '${TORCH:-nothing}')" >&2; exit 1 ;;
-esac
+[ -n "$TORCH" ] && [ "$TORCH" != --keep ] ||
+  { echo "$0: usage: CUDA_HOME=<toolkit> $0 <torch version, e.g. 2.13.0 or 2.9.1> [--keep]" >&2; exit 1; }
 ROOT=$PWD/build/ext-torch$TORCH
 OUT=dist/torch$TORCH
 
 [ -n "$CUDA" ] && [ -x "$CUDA/bin/nvcc" ] ||
-  { echo "$0: set CUDA_HOME to a CUDA $WANT_CUDA.x toolkit with bin/nvcc (got '${CUDA:-unset}'); PyPI's nvidia-cuda-nvcc-cu12 has no nvcc" >&2; exit 1; }
+  { echo "$0: set CUDA_HOME to a CUDA toolkit with bin/nvcc (got '${CUDA:-unset}'); PyPI's nvidia-cuda-nvcc-cu12 has no nvcc" >&2; exit 1; }
 RELEASE=$("$CUDA/bin/nvcc" --version | sed -n -E 's/.*release ([0-9]+\.[0-9]+),.*/\1/p')
-[ "${RELEASE%%.*}" = "$WANT_CUDA" ] ||
-  { echo "$0: $CUDA/bin/nvcc is CUDA ${RELEASE:-?}; torch $TORCH (CUDA $WANT_CUDA) needs a CUDA $WANT_CUDA.x nvcc: set CUDA_HOME to one" >&2; exit 1; }
 echo "nvcc: $CUDA/bin/nvcc (CUDA $RELEASE)"
 export CUDA_HOME=$CUDA
 # The release architectures (_build.RELEASE_GENCODES) unless TORCH_CUDA_ARCH_LIST says otherwise
@@ -42,9 +35,11 @@ export CUDA_HOME=$CUDA
 [ -x "$ROOT/venv/bin/python" ] || "$(find_python 3.12)" -m venv "$ROOT/venv"
 VPY=$ROOT/venv/bin/python
 "$VPY" -m pip install -q --no-cache-dir "torch==$TORCH" setuptools wheel numpy
+# torch's extension build refuses an nvcc of another CUDA major than its own, after minutes of setup:
+# say so first. No CUDA at all is a +cpu wheel (a local --find-links can offer one).
 TORCH_CUDA=$("$VPY" -c "import torch; print(torch.version.cuda or 'none')")
-[ "${TORCH_CUDA%%.*}" = "$WANT_CUDA" ] ||
-  { echo "$0: the torch $TORCH pip installed in $ROOT/venv has CUDA $TORCH_CUDA, not $WANT_CUDA (a +cpu wheel from a local --find-links?); delete $ROOT and install from PyPI" >&2; exit 1; }
+[ "${TORCH_CUDA%%.*}" = "${RELEASE%%.*}" ] ||
+  { echo "$0: the torch $TORCH in $ROOT/venv is built for CUDA $TORCH_CUDA, $CUDA/bin/nvcc is CUDA ${RELEASE:-?}: set CUDA_HOME to a CUDA ${TORCH_CUDA%%.*}.x toolkit (a 'none' is a +cpu torch: delete $ROOT and install from PyPI)" >&2; exit 1; }
 
 # A copy of the sources with the local version label (the checkout stays as it is).
 SRC=$ROOT/src

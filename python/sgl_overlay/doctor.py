@@ -142,6 +142,10 @@ def check_python_target(
     return findings
 
 
+def _ext_build(torch: str) -> str:
+    return f"build sgl_kernel_ext against torch {torch}: scripts/build_ext_torch.sh (sgl_kernel_ext/README.md)"
+
+
 def _ext_install(dist_dir: Path, torch: str | None) -> str:
     """How to install the sgl_kernel_ext built for this torch: the wheel in dist_dir that requires it
     (pip would replace torch to satisfy another's pin), else how to build one."""
@@ -149,7 +153,7 @@ def _ext_install(dist_dir: Path, torch: str | None) -> str:
         return f"pip install {dist_dir}/sgl_kernel_ext-*.whl"
     wheel = routes.ext_wheel_for(dist_dir, torch)
     if wheel is None:
-        return f"build sgl_kernel_ext against torch {torch}: scripts/build_ext_torch.sh (sgl_kernel_ext/README.md)"
+        return _ext_build(torch)
     if wheel.path.parent == dist_dir:
         return f"pip install {wheel.path}"
     return f'pip install --no-index --find-links {wheel.path.parent} "{EXT_DIST}=={wheel.version}"'
@@ -169,7 +173,7 @@ def _ext_findings(data: dict, fix: str, pin: str | None) -> list[Finding]:
     ext = data.get("ext") or {}
     what = f"{EXT_DIST} {dists[EXT_DIST]['version']} (built for torch{built_for or ' of any version'}) loads with torch {torch}"
     ok = "error" not in ext and routes.pin_allows(built_for, torch)
-    rebuild = f"build sgl_kernel_ext against torch {torch} (sgl_kernel_ext/README.md)"
+    rebuild = _ext_build(torch)
     if pin is not None and not routes.pin_allows(pin, torch):
         rebuild += f"; the serving stack pins torch{pin}"
     findings.append(Finding("sgl-kernel", what, ok, f"{ext['error']}; {rebuild}" if "error" in ext else rebuild))
