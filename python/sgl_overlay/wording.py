@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         RevertReport,
         StatusReport,
     )
+    from sgl_overlay.prs import PullRequest
     from sgl_overlay.routes import Route
     from sgl_overlay.series import Patch
     from sgl_overlay.transaction import Aborted, AmStop, Leftover
@@ -189,6 +190,20 @@ def laid_out(t: LaidOut) -> str:
 
 def export_lines(written: list[tuple[Path, bool]]) -> list[str]:
     return [f"{'wrote' if changed else 'unchanged'} {dest}" for dest, changed in written]
+
+
+def prs_lines(made: list[PullRequest]) -> list[str]:
+    """One line per exported pull request: its folder, title, files and lines at normal context."""
+    return [
+        f"wrote {pr.folder}/: {pr.title} ({len(pr.files)} file(s), +{pr.added} -{pr.removed})"
+        + (f"; open upstream as {pr.forwarded}" if pr.forwarded else "")
+        for pr in made
+    ]
+
+
+def pr_forwarded(url: str) -> str:
+    """The line PR.md carries under its title where the pull request is open upstream."""
+    return f"Opened upstream as {url}."
 
 
 def pins_lines(manifest: Path, written: list[tuple[str, int]]) -> list[str]:
@@ -606,6 +621,22 @@ ERRORS: dict[Why, Callable[..., str]] = {
         f"{target}: the message of {patch} has no `{key}:` trailer; end it with `{BUG}: <issue URL>` and "
         f"`{FORWARDED}: <pull request URL>` (`{NOT_YET}` where there is none: `git rebase -i {BASE_TAG}`, reword), "
         "then export again"
+    ),
+    Why.PR_NO_DESCRIPTION: lambda path, patch: (
+        f"no pull-request description {path} for {patch}; write it (`# [Area] Title`, then the sections of "
+        "upstream's template), then run `sgl-overlay prs` again"
+    ),
+    Why.PR_BAD_TITLE: lambda path, line: (
+        f"{path}: first line {line!r} is not a pull-request title; write it as `# [Area] Title`"
+    ),
+    Why.PR_SECTIONS: lambda path, found, want: (
+        f"{path} has the sections {found}, upstream's template has {want}; use exactly those `## ` headings, "
+        "in that order"
+    ),
+    Why.PR_EMPTY_SECTION: lambda path, section: f"{path}: section `## {section}` is empty; say what it asks for",
+    Why.PR_NO_ISSUE_LINK: lambda path, bug, same: (
+        f"{path} does not name the issue its patch fixes ({bug}); add `Fixes "
+        f"{'#' + bug.rsplit('/', 1)[1] if same else bug}` to `## Motivation`"
     ),
     Why.NO_WHEEL_FITS: no_wheel_fits,
     Why.STOCK_WHEEL_DIFFERS: lambda wheel, rel, found, want, file: (
