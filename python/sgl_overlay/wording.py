@@ -71,10 +71,13 @@ def status_lines(r: StatusReport) -> list[str]:
 
 
 def upstream_of(patch: Patch) -> str:
-    """Where upstream stands on a patch: the manifest's `applied_upstream`, else its `Forwarded:` trailer."""
+    """Where upstream stands on a patch (the manifest's `applied_upstream`, else its `Forwarded:` trailer) and what
+    is left to do there."""
     if patch.applied_upstream:
-        return f"upstream: applied in {patch.applied_upstream}"
-    return "upstream: not applied, " + (f"forwarded as {patch.forwarded}" if patch.forwarded else "not forwarded")
+        return f"upstream: applied in {patch.applied_upstream}; left: drop it once the pinned version has it"
+    if patch.forwarded:
+        return f"upstream: not applied, forwarded as {patch.forwarded}; left: its review and merge there"
+    return "upstream: not applied, not forwarded; left: open its pull request (`sgl-overlay prs` writes it)"
 
 
 def already_in(a: AlreadyIn) -> str:
@@ -203,7 +206,7 @@ def prs_lines(made: list[PullRequest]) -> list[str]:
 
 def pr_forwarded(url: str) -> str:
     """The line PR.md carries under its title where the pull request is open upstream."""
-    return f"Opened upstream as {url}."
+    return f"Forwarded upstream as {url}."
 
 
 def pins_lines(manifest: Path, written: list[tuple[str, int]]) -> list[str]:

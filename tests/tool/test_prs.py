@@ -93,7 +93,7 @@ def test_prs_writes_normal_context_mboxes_and_pr_md_that_reapply_to_the_same_pos
         for leak in ("Bug:", "Forwarded:", "base-commit:"):
             assert leak not in text, (folder.name, leak)
         pr = (folder / "PR.md").read_text()
-        assert pr == _description().replace("\n\n", f"\n\nOpened upstream as {PULL}.\n\n", 1)
+        assert pr == _description().replace("\n\n", f"\n\nForwarded upstream as {PULL}.\n\n", 1)
         git(clone, "am", "-q", "--keep-non-patch", str(mboxes[0]))
         # the same post-image blobs: every file at this commit is the series' own
         assert git(clone, "rev-parse", "HEAD^{tree}") == git(tree, "rev-parse", f"{commit}^{{tree}}")
