@@ -12,6 +12,8 @@ For each target the files are committed as a sparse git tree, the pinned pre-ima
 are added to its objects (so `git am -3` has the bases a 3-way merge needs), and the selected patches are
 tried in series order, each on top of the ones before it that applied: `git apply --check` first (applies,
 or applies with offsets), else `git am -3` (applies with a 3-way merge), else conflicts (the files named).
+A patch that applies is also read by ruff for names it uses that the file never defines (an import main
+lacks). It is text only: no test runs against main.
 A folder main moved (sgl_overlay.checkout.MOVES) is followed when the old path is absent and the new one is
 there. --carry writes, for each patch that needed a moved path or a 3-way merge, its main-shaped mbox (the
 commit `git am` made) to <carry>/<target>/<patch stem>/main/. No network: the lead fetches the files
@@ -23,6 +25,7 @@ import argparse
 import fnmatch
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -102,6 +105,19 @@ def try_patch(repo: Path, mbox: Path, flags: list[str]) -> tuple[str, str]:
     return "conflicts", (f"in {', '.join(unmerged.splitlines())}" if unmerged else first)
 
 
+def undefined_names(repo: Path, paths: list[str]) -> list[str]:
+    """`name (path:line)` of each name the applied Python files use but never define (ruff's F821): a patch
+    that applies as text can still lean on an import main lacks. Empty where ruff is not installed."""
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
+    files = [p for p in paths if p.endswith(".py") and (repo / p).is_file()]
+    if ruff is None or not files:
+        return []
+    cmd = [ruff, "check", "--isolated", "--no-cache", "--select", "F821", "--output-format", "concise", *files]
+    out = subprocess.run(cmd, cwd=repo, capture_output=True, text=True).stdout
+    found = re.findall(r"^(\S+?):(\d+):\d+: F821 Undefined name `([^`]+)`", out, re.M)
+    return [f"{name} ({path}:{line})" for path, line, name in found]
+
+
 def check_target(target: Target, tree: Path, main: Path, patterns: list[str], carry: Path | None) -> list[Result]:
     repo_name = repo_of(target)
     base = main / repo_name
@@ -118,22 +134,21 @@ def check_target(target: Target, tree: Path, main: Path, patterns: list[str], ca
         for name, c in chosen:
             add_blobs(tree, c, repo)
             mbox_dir = work / "mbox" / Path(name).stem
-            gitutil.git(
-                tree, "format-patch", "-q", prs.UPSTREAM_CONTEXT, "--no-signature", "-o", str(mbox_dir), "-1", c
-            )
+            prs.format_patch(tree, c, mbox_dir)
             mbox = next(mbox_dir.glob("*.patch"))
             placement = placement_for(touched(tree, c), base / "files")
             state, detail = try_patch(repo, mbox, placement.apply_flags())
+            if state != "conflicts":
+                names = undefined_names(repo, [placement.path(p) for p in touched(tree, c)])
+                detail = "; ".join([detail] * bool(detail) + [f"undefined after applying: {n}" for n in names])
             moved = f"{placement.old} -> {placement.new}" if placement.old else ""
             paths = [placement.path(p) for p in touched(tree, c)]
             commit = next((at[p] for p in paths if p in at), lines[0].split()[0])
             results.append(Result(target.name, name, repo_name, commit, state, detail, moved))
             if carry is not None and state != "conflicts" and (moved or "3-way" in state):
-                dest = carry / target.name / Path(name).stem / "main"
+                dest = carry / target.name / Path(name).stem / prs.MAIN
                 shutil.rmtree(dest, ignore_errors=True)
-                gitutil.git(
-                    repo, "format-patch", "-q", prs.UPSTREAM_CONTEXT, "--no-signature", "-o", str(dest), "-1", "HEAD"
-                )
+                prs.format_patch(repo, "HEAD", dest)
     return results
 
 

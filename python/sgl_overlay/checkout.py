@@ -20,6 +20,7 @@ class Placement:
     old: str = ""  # the patches' folder prefix, e.g. "sgl-kernel/"
     new: str = ""  # where this checkout has it, e.g. "python/sglang/kernels/aot/"
     why: str = ""
+    upstream: str = ""  # the repository that moved it (a target's `upstream`)
 
     def path(self, patch_path: str) -> str:
         """A path as the patch names it -> the path in this checkout."""
@@ -42,6 +43,7 @@ MOVES = (
         "sgl-kernel/",
         "python/sglang/kernels/aot/",
         "sgl-project/sglang moved sgl-kernel/ to python/sglang/kernels/aot/ (2026-07-29)",
+        "https://github.com/sgl-project/sglang",
     ),
 )
 

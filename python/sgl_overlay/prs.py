@@ -1,6 +1,7 @@
 """The pull requests upstream would receive: each patch of a series as a normal-context `git format-patch`
 mbox, without the overlay's trailers and `base-commit:`, beside its description `PR.md` (the patch's
-`<stem>.pr.md`, checked against the sections of upstream's pull-request template)."""
+`<stem>.pr.md`, checked against the sections of upstream's pull-request template); where upstream main moved
+the patch's folder (checkout.MOVES), the same mbox at the new place under `main/`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sgl_overlay import gitutil, scratch, wording
+from sgl_overlay.checkout import MOVES, Placement
 from sgl_overlay.errors import OverlayError, Why
 from sgl_overlay.manifest import Target
 from sgl_overlay.series import BUG, FORWARDED, Patch, Series
@@ -18,6 +20,7 @@ from sgl_overlay.verify import verify_tree
 
 UPSTREAM_CONTEXT = "-U3"  # what upstream reviews: the stored sgl-kernel series carries whole files
 DESCRIPTION = ".pr.md"  # patches/<target>/<patch stem>.pr.md
+MAIN = "main"  # beside a PR's mbox: the same commit at the folder upstream main moved its files to
 # The `## ` sections of each upstream's .github/pull_request_template.md (newest stored: sgl-project/sglang's
 # since mid-2026, as its PRs of that time show; kvcache-ai/sglang's at 04653fa8), its checklist left to the form.
 SECTIONS = {
@@ -138,6 +141,22 @@ def _numstat(tree: Path, commit: str) -> tuple[tuple[str, ...], int, int]:
     return tuple(r[2] for r in rows), sum(int(r[0]) for r in rows), sum(int(r[1]) for r in rows)
 
 
+def moved_on_main(target: Target, paths: tuple[str, ...]) -> Placement | None:
+    """The folder move of the target's upstream that holds every path of a patch, if any."""
+    for moved in MOVES:
+        if moved.upstream == target.upstream.rstrip("/") and all(p.startswith(moved.old) for p in paths):
+            return moved
+    return None
+
+
+def format_patch(tree: Path, commit: str, folder: Path, moved: Placement | None = None) -> None:
+    """`git format-patch -U3` of one commit into `folder`; with `moved`, its paths at the moved folder."""
+    args = ["format-patch", "-q", UPSTREAM_CONTEXT, "--no-signature", "-o", str(folder)]
+    if moved is not None:
+        args += [f"--relative={moved.old}", f"--src-prefix=a/{moved.new}", f"--dst-prefix=b/{moved.new}"]
+    gitutil.git(tree, *args, "-1", commit)
+
+
 def pr_text(description: str, forwarded: str) -> str:
     """PR.md: the description, with the open upstream pull request named under its title."""
     if not forwarded:
@@ -147,8 +166,9 @@ def pr_text(description: str, forwarded: str) -> str:
 
 
 def export_prs(targets: list[Target], trees: Path, out: Path) -> list[PullRequest]:
-    """Write `out/<target>/<patch stem>/` per patch: its `-U3` mbox and PR.md. Every description is checked
-    and every tree verified before anything is written; each target's folder is replaced whole."""
+    """Write `out/<target>/<patch stem>/` per patch: its `-U3` mbox, PR.md and, where main moved its folder, the
+    mbox at the new place in `main/`. Every description is checked and every tree verified before anything is
+    written; each target's folder is replaced whole."""
     descriptions = {}
     for target in targets:
         for patch in Series.read(target).patches:

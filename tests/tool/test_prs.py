@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -100,6 +101,7 @@ def test_prs_writes_normal_context_mboxes_and_pr_md_that_reapply_to_the_same_pos
         assert git(clone, "log", "-1", "--format=%s%n%an <%ae>", "HEAD") == git(
             tree, "log", "-1", "--format=%s%n%an <%ae>", commit
         )
+    assert not list(out.glob("sglang/*/main"))  # no folder of this upstream moved
     # a second run replaces the target's folder with the same bytes
     before = snapshot(out)
     _ok(*base, "prs", "--out", str(out))
@@ -208,6 +210,35 @@ def test_real_series_at_normal_context_reapplies_to_the_pinned_trees(tmp_path):
                 assert len(mbox) < len((target.patch_dir / name).read_text()), name
             subprocess.run(["git", "-C", str(clone), "am", "-q", "--keep-non-patch"], input=mbox, text=True, check=True)
             assert git(clone, "rev-parse", "HEAD^{tree}") == git(tree, "rev-parse", f"{commit}^{{tree}}"), name
+            paths = tuple(git(tree, "diff", "--name-only", f"{commit}~1", commit).splitlines())
+            moved = prs.moved_on_main(target, paths)
+            if moved is not None:  # the main-shaped mbox gives the same blobs at the moved folder
+                _same_at_moved_folder(tree, made, commit, moved, tmp_path / "main" / target.name / name)
+
+
+def _same_at_moved_folder(tree: Path, made: str, commit: str, moved, work: Path) -> None:
+    prs.format_patch(tree, made, work / "mbox", moved)
+    (work / "repo").mkdir(parents=True)
+    git(work / "repo", "init", "-q")
+    repo = work / "repo"
+    before = git(tree, "ls-tree", "-r", f"{commit}~1").splitlines()
+    for line in before:
+        meta, path = line.split("\t")
+        if path.startswith(moved.old):
+            dest = repo / moved.path(path)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(
+                subprocess.run(
+                    ["git", "-C", str(tree), "cat-file", "blob", meta.split()[2]], capture_output=True, check=True
+                ).stdout
+            )
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "main")
+    git(repo, "am", "-q", "--keep-non-patch", str(next((work / "mbox").glob("*.patch"))))
+    for line in git(tree, "ls-tree", "-r", commit).splitlines():
+        meta, path = line.split("\t")
+        if path.startswith(moved.old):
+            assert git(repo, "rev-parse", f"HEAD:{moved.path(path)}") == meta.split()[2], path
 
 
 # ----------------------------------------------------------------------------- checked against main
