@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sgl_overlay import gitutil, prs
-from sgl_overlay.checkout import MOVES, SAME_PLACE, Placement
+from sgl_overlay.checkout import MOVES, SAME_PLACE, Placement, repo_name
 from sgl_overlay.manifest import Target, load_manifest
 from sgl_overlay.places import places
 
@@ -48,10 +48,6 @@ class Result:
     state: str
     detail: str
     moved: str
-
-
-def repo_of(target: Target) -> str:
-    return "/".join(target.upstream.rstrip("/").split("/")[-2:])
 
 
 def touched(tree: Path, commit: str) -> list[str]:
@@ -119,8 +115,8 @@ def undefined_names(repo: Path, paths: list[str]) -> list[str]:
 
 
 def check_target(target: Target, tree: Path, main: Path, patterns: list[str], carry: Path | None) -> list[Result]:
-    repo_name = repo_of(target)
-    base = main / repo_name
+    upstream = repo_name(target.upstream)
+    base = main / upstream
     lines = (base / "COMMIT").read_text().splitlines()
     at = dict(line.split()[:2] for line in lines[1:] if len(line.split()) >= 2)
     commits = prs.upstream_commits(target, tree)
@@ -144,7 +140,7 @@ def check_target(target: Target, tree: Path, main: Path, patterns: list[str], ca
             moved = f"{placement.old} -> {placement.new}" if placement.old else ""
             paths = [placement.path(p) for p in touched(tree, c)]
             commit = next((at[p] for p in paths if p in at), lines[0].split()[0])
-            results.append(Result(target.name, name, repo_name, commit, state, detail, moved))
+            results.append(Result(target.name, name, upstream, commit, state, detail, moved))
             if carry is not None and state != "conflicts" and (moved or "3-way" in state):
                 dest = carry / target.name / Path(name).stem / prs.MAIN
                 shutil.rmtree(dest, ignore_errors=True)
@@ -182,7 +178,7 @@ def needed(targets: list[Target], trees: Path, patterns: list[str]) -> dict[str,
             if patterns and not any(fnmatch.fnmatch(name, p) for p in patterns):
                 continue
             for path in touched(trees / t.name, c):
-                want.setdefault(repo_of(t), set()).update({path, *(m.path(path) for m in MOVES)})
+                want.setdefault(repo_name(t.upstream), set()).update({path, *(m.path(path) for m in MOVES)})
     return {repo: sorted(paths) for repo, paths in want.items()}
 
 
@@ -208,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--main DIR is needed (or --list)")
     results = []
     for t in targets:
-        if (args.main / repo_of(t) / "COMMIT").exists():
+        if (args.main / repo_name(t.upstream) / "COMMIT").exists():
             results += check_target(t, trees / t.name, args.main, args.patch, args.carry)
     if not results:
         parser.error(f"no patch checked: {args.main} holds no <owner>/<repo>/COMMIT of a selected target")

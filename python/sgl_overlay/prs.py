@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sgl_overlay import gitutil, scratch, wording
-from sgl_overlay.checkout import MOVES, Placement
+from sgl_overlay.checkout import MOVES, Placement, repo_name
 from sgl_overlay.errors import OverlayError, Why
 from sgl_overlay.manifest import Target
 from sgl_overlay.series import BUG, FORWARDED, Patch, Series
@@ -64,10 +64,6 @@ def sections_of(target: Target) -> tuple[str, ...]:
     return SECTIONS.get(target.upstream.rstrip("/"), SECTIONS["https://github.com/sgl-project/sglang"])
 
 
-def _repo(url: str) -> str:
-    return "/".join(url.rstrip("/").split("/")[-2:])
-
-
 def check_description(target: Target, patch: Patch) -> str:
     """The patch's description, refused when it is missing or not in upstream's template shape."""
     path = description_of(target, patch.path.name)
@@ -87,8 +83,8 @@ def check_description(target: Target, patch: Patch) -> str:
         raise OverlayError(Why.PR_EMPTY_SECTION, path=path, section=empty[0])
     bug = patch.trailer(BUG)
     m = _ISSUE.fullmatch(bug)
-    if m and not _links(text, m.group(1), m.group(2), _repo(target.upstream), bug):
-        raise OverlayError(Why.PR_NO_ISSUE_LINK, path=path, bug=bug, same=m.group(1) == _repo(target.upstream))
+    if m and not _links(text, m.group(1), m.group(2), repo_name(target.upstream), bug):
+        raise OverlayError(Why.PR_NO_ISSUE_LINK, path=path, bug=bug, same=m.group(1) == repo_name(target.upstream))
     return text
 
 
