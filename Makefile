@@ -43,7 +43,7 @@ wheels-only: trees
 test: lint venvs trees test-tool test-style test-sglang test-sglang-kt test-kernel test-wheels test-launch test-image
 
 # ruff.toml: one format and lint configuration for the tool, the tests and the benchmarks.
-LINTED := python tests benchmarks
+LINTED := python tests benchmarks scripts/check_upstream_main.py
 lint: $(TOOL)
 	.venv/bin/ruff format --check $(LINTED)
 	.venv/bin/ruff check $(LINTED)

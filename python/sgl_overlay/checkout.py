@@ -20,6 +20,7 @@ class Placement:
     old: str = ""  # the patches' folder prefix, e.g. "sgl-kernel/"
     new: str = ""  # where this checkout has it, e.g. "python/sglang/kernels/aot/"
     why: str = ""
+    upstream: str = ""  # the repository that moved it (a target's `upstream`)
 
     def path(self, patch_path: str) -> str:
         """A path as the patch names it -> the path in this checkout."""
@@ -42,6 +43,7 @@ MOVES = (
         "sgl-kernel/",
         "python/sglang/kernels/aot/",
         "sgl-project/sglang moved sgl-kernel/ to python/sglang/kernels/aot/ (2026-07-29)",
+        "https://github.com/sgl-project/sglang",
     ),
 )
 
@@ -76,8 +78,9 @@ class Checkout:
         return tuple(t for t in self.targets if t.name not in self.optional)
 
 
-def _repo_name(url: str) -> str:
-    return url.removeprefix("https://github.com/")
+def repo_name(url: str) -> str:
+    """`owner/name` of a GitHub repository URL."""
+    return url.rstrip("/").removeprefix("https://github.com/")
 
 
 def _find_marker(repo: Path, marker: str) -> Placement | None:
@@ -123,9 +126,7 @@ def _found(repo: Path, manifest: Manifest) -> tuple[list[Target], dict[str, Asid
             optional[t.name] = Aside(moved=placed)
         elif project and project.upstream != t.upstream:
             folder = t.marker.split("/")[0]
-            optional[t.name] = Aside(
-                folder=folder, project=_repo_name(project.upstream), upstream=_repo_name(t.upstream)
-            )
+            optional[t.name] = Aside(folder=folder, project=repo_name(project.upstream), upstream=repo_name(t.upstream))
     return found, optional, placements
 
 

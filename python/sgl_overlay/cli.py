@@ -23,6 +23,7 @@ try:  # Ctrl-C while the modules load is one line too
         matrix_report,
         operations,
         pins,
+        prs,
         scratch,
         transaction,
         tree,
@@ -145,6 +146,18 @@ def cmd_export(args: argparse.Namespace, ctx: Context) -> int:
         load_manifest(ctx.manifest.path.parent), ctx.manifest.select(args.target) if args.target else None
     )
     for line in wording.pins_lines(ctx.manifest.path, written):
+        print(line)
+    return 0
+
+
+def cmd_prs(args: argparse.Namespace, ctx: Context) -> int:
+    """(maintainers) Write each patch as the pull request upstream would receive: a normal-context mbox and PR.md.
+
+    Generated from the verified laid-out trees, without the overlay's `Bug:` / `Forwarded:` trailers and
+    `base-commit:`; PR.md is the patch's `<stem>.pr.md`, checked against upstream's template. A missing or
+    malformed description writes nothing. Layout: OUT/<target>/<patch stem>/{0001-*.patch,PR.md}."""
+    out = (args.out or ctx.trees.parent / "prs").resolve()
+    for line in wording.prs_lines(prs.export_prs(ctx.manifest.select(args.target), ctx.trees, out)):
         print(line)
     return 0
 
@@ -294,6 +307,8 @@ def _add_commands(commands: argparse._SubParsersAction) -> None:
     _add(commands, cmd_verify)
     _add(commands, cmd_export)
     _add(commands, cmd_pins)
+    p = _add(commands, cmd_prs)
+    p.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: prs/ beside the trees' folder)")
 
     p = _add(commands, cmd_wheels, checkout=True)
     p.add_argument("--out", type=Path, help="output folder (default: where doctor looks: <repo>/dist, else ./dist)")

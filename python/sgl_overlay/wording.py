@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         RevertReport,
         StatusReport,
     )
+    from sgl_overlay.prs import PullRequest
     from sgl_overlay.routes import Route
     from sgl_overlay.series import Patch
     from sgl_overlay.transaction import Aborted, AmStop, Leftover
@@ -70,10 +71,13 @@ def status_lines(r: StatusReport) -> list[str]:
 
 
 def upstream_of(patch: Patch) -> str:
-    """Where upstream stands on a patch: the manifest's `applied_upstream`, else its `Forwarded:` trailer."""
+    """Where upstream stands on a patch (the manifest's `applied_upstream`, else its `Forwarded:` trailer) and what
+    is left to do there."""
     if patch.applied_upstream:
-        return f"upstream: applied in {patch.applied_upstream}"
-    return "upstream: not applied, " + (f"forwarded as {patch.forwarded}" if patch.forwarded else "not forwarded")
+        return f"upstream: applied in {patch.applied_upstream}; left: drop it once the pinned version has it"
+    if patch.forwarded:
+        return f"upstream: not applied, forwarded as {patch.forwarded}; left: its review and merge there"
+    return "upstream: not applied, not forwarded; left: open its pull request (`sgl-overlay prs` writes it)"
 
 
 def already_in(a: AlreadyIn) -> str:
@@ -189,6 +193,20 @@ def laid_out(t: LaidOut) -> str:
 
 def export_lines(written: list[tuple[Path, bool]]) -> list[str]:
     return [f"{'wrote' if changed else 'unchanged'} {dest}" for dest, changed in written]
+
+
+def prs_lines(made: list[PullRequest]) -> list[str]:
+    """One line per exported pull request: its folder, title, files and lines at normal context."""
+    return [
+        f"wrote {pr.folder}/: {pr.title} ({len(pr.files)} file(s), +{pr.added} -{pr.removed})"
+        + (f"; open upstream as {pr.forwarded}" if pr.forwarded else "")
+        for pr in made
+    ]
+
+
+def pr_forwarded(url: str) -> str:
+    """The line PR.md carries under its title where the pull request is open upstream."""
+    return f"Forwarded upstream as {url}."
 
 
 def pins_lines(manifest: Path, written: list[tuple[str, int]]) -> list[str]:
@@ -606,6 +624,22 @@ ERRORS: dict[Why, Callable[..., str]] = {
         f"{target}: the message of {patch} has no `{key}:` trailer; end it with `{BUG}: <issue URL>` and "
         f"`{FORWARDED}: <pull request URL>` (`{NOT_YET}` where there is none: `git rebase -i {BASE_TAG}`, reword), "
         "then export again"
+    ),
+    Why.PR_NO_DESCRIPTION: lambda path, patch: (
+        f"no pull-request description {path} for {patch}; write it (`# [Area] Title`, then the sections of "
+        "upstream's template), then run `sgl-overlay prs` again"
+    ),
+    Why.PR_BAD_TITLE: lambda path, line: (
+        f"{path}: first line {line!r} is not a pull-request title; write it as `# [Area] Title`"
+    ),
+    Why.PR_SECTIONS: lambda path, found, want: (
+        f"{path} has the sections {found}, upstream's template has {want}; use exactly those `## ` headings, "
+        "in that order"
+    ),
+    Why.PR_EMPTY_SECTION: lambda path, section: f"{path}: section `## {section}` is empty; say what it asks for",
+    Why.PR_NO_ISSUE_LINK: lambda path, bug, same: (
+        f"{path} does not name the issue its patch fixes ({bug}); add `Fixes "
+        f"{'#' + bug.rsplit('/', 1)[1] if same else bug}` to `## Motivation`"
     ),
     Why.NO_WHEEL_FITS: no_wheel_fits,
     Why.STOCK_WHEEL_DIFFERS: lambda wheel, rel, found, want, file: (

@@ -144,9 +144,11 @@ def test_status_shows_applied_upstream_from_the_manifest(tmp_path):
     rows = [line for line in _ok(*base, "status").splitlines() if ".patch" in line]
     assert rows[0].endswith(
         f"{ov.series[0].name}  ({git(tmp_path / 'trees/sglang', 'rev-parse', 'HEAD~1')[:12]})"
-        "  upstream: applied in https://e.com/pull/1 (sglang 1.1)"
+        "  upstream: applied in https://e.com/pull/1 (sglang 1.1); left: drop it once the pinned version has it"
     )
-    assert rows[1].endswith("upstream: not applied, not forwarded")
+    assert rows[1].endswith(
+        "upstream: not applied, not forwarded; left: open its pull request (`sgl-overlay prs` writes it)"
+    )
 
 
 def test_applied_upstream_naming_no_patch_of_the_series_is_refused(tmp_path):

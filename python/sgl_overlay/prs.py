@@ -1,0 +1,192 @@
+"""The pull requests upstream would receive: each patch of a series as a normal-context `git format-patch`
+mbox, without the overlay's trailers and `base-commit:`, beside its description `PR.md` (the patch's
+`<stem>.pr.md`, checked against the sections of upstream's pull-request template); where upstream main moved
+the patch's folder (checkout.MOVES), the same mbox at the new place under `main/`."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from sgl_overlay import gitutil, scratch, wording
+from sgl_overlay.checkout import MOVES, Placement, repo_name
+from sgl_overlay.errors import OverlayError, Why
+from sgl_overlay.manifest import Target
+from sgl_overlay.series import BUG, FORWARDED, Patch, Series
+from sgl_overlay.tree import BASE_TAG, is_ready
+from sgl_overlay.verify import verify_tree
+
+UPSTREAM_CONTEXT = "-U3"  # what upstream reviews: the stored sgl-kernel series carries whole files
+DESCRIPTION = ".pr.md"  # patches/<target>/<patch stem>.pr.md
+MAIN = "main"  # beside a PR's mbox: the same commit at the folder upstream main moved its files to
+# The `## ` sections of each upstream's .github/pull_request_template.md (newest stored: sgl-project/sglang's
+# since mid-2026, as its PRs of that time show; kvcache-ai/sglang's at 04653fa8), its checklist left to the form.
+SECTIONS = {
+    "https://github.com/sgl-project/sglang": (
+        "Motivation",
+        "Modifications",
+        "Accuracy Tests",
+        "Speed Tests and Profiling",
+    ),
+    "https://github.com/kvcache-ai/sglang": (
+        "Motivation",
+        "Modifications",
+        "Accuracy Tests",
+        "Benchmarking and Profiling",
+    ),
+}
+TITLE = re.compile(r"# \[[^\]\n]+\] \S.*")
+_HEADING = re.compile(r"^## (.+?)\s*$", re.M)
+_ISSUE = re.compile(r"https://github\.com/([\w.-]+/[\w.-]+)/(?:issues|pull)/(\d+)")
+
+
+@dataclass(frozen=True)
+class PullRequest:
+    """One exported pull request: the series patch it comes from and what its normal-context mbox changes."""
+
+    target: str
+    patch: str
+    title: str
+    files: tuple[str, ...]
+    added: int
+    removed: int
+    forwarded: str  # the open upstream pull request ("" while there is none)
+    folder: Path
+
+
+def description_of(target: Target, patch_name: str) -> Path:
+    return target.patch_dir / (Path(patch_name).stem + DESCRIPTION)
+
+
+def sections_of(target: Target) -> tuple[str, ...]:
+    return SECTIONS.get(target.upstream.rstrip("/"), SECTIONS["https://github.com/sgl-project/sglang"])
+
+
+def check_description(target: Target, patch: Patch) -> str:
+    """The patch's description, refused when it is missing or not in upstream's template shape."""
+    path = description_of(target, patch.path.name)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise OverlayError(Why.PR_NO_DESCRIPTION, path=path, patch=patch.label) from None
+    first = text.partition("\n")[0]
+    if not TITLE.fullmatch(first):
+        raise OverlayError(Why.PR_BAD_TITLE, path=path, line=first)
+    want, found = sections_of(target), tuple(_HEADING.findall(text))
+    if found != want:
+        raise OverlayError(Why.PR_SECTIONS, path=path, found=list(found), want=list(want))
+    bodies = _HEADING.split(text)[2::2]
+    empty = [name for name, body in zip(want, bodies) if not body.strip()]
+    if empty:
+        raise OverlayError(Why.PR_EMPTY_SECTION, path=path, section=empty[0])
+    bug = patch.trailer(BUG)
+    m = _ISSUE.fullmatch(bug)
+    if m and not _links(text, m.group(1), m.group(2), repo_name(target.upstream), bug):
+        raise OverlayError(Why.PR_NO_ISSUE_LINK, path=path, bug=bug, same=m.group(1) == repo_name(target.upstream))
+    return text
+
+
+def _links(text: str, repo: str, number: str, own: str, url: str) -> bool:
+    """The description names the issue: its URL, `Fixes #N` in its own repository, or `Fixes owner/repo#N`."""
+    short = rf"#{number}" if repo == own else rf"{re.escape(repo)}#{number}"
+    return url in text or re.search(rf"\b(?:Fixes|Closes|Resolves) {short}\b", text) is not None
+
+
+def strip_trailers(message: bytes) -> bytes:
+    """A commit message without the overlay's `Bug:` / `Forwarded:` lines (nor a closing paragraph they leave
+    empty)."""
+    paragraphs = message.decode("utf-8").rstrip("\n").split("\n\n")
+    if len(paragraphs) > 1:
+        last = [line for line in paragraphs.pop().splitlines() if not line.startswith((f"{BUG}: ", f"{FORWARDED}: "))]
+        paragraphs += ["\n".join(last)] if last else []
+    return ("\n\n".join(paragraphs) + "\n").encode()
+
+
+def upstream_commits(target: Target, tree: Path) -> list[str]:
+    """The series of a verified laid-out tree as new commits (objects only) with upstream's messages: each
+    tree, author and dates kept, the overlay's trailers dropped. In series order."""
+    if not is_ready(tree, target):
+        raise OverlayError(Why.NO_TREE_TO_EXPORT, target=target.name, tree=tree)
+    problems = verify_tree(tree, Series.read(target))
+    if problems:
+        raise OverlayError(Why.TREE_NOT_VERIFIED, problem=problems[0])
+    parent = gitutil.out(tree, "rev-parse", f"{BASE_TAG}^{{commit}}")
+    made = []
+    for commit in gitutil.out(tree, "rev-list", "--reverse", f"{BASE_TAG}..HEAD").split():
+        who = gitutil.out(tree, "log", "-1", "--format=%an%x00%ae%x00%ad%x00%cn%x00%ce%x00%cd", "--date=raw", commit)
+        an, ae, ad, cn, ce, cd = who.split("\0")
+        env = {
+            "GIT_AUTHOR_NAME": an,
+            "GIT_AUTHOR_EMAIL": ae,
+            "GIT_AUTHOR_DATE": ad,
+            "GIT_COMMITTER_NAME": cn,
+            "GIT_COMMITTER_EMAIL": ce,
+            "GIT_COMMITTER_DATE": cd,
+        }
+        raw = gitutil.git(tree, "cat-file", "commit", commit, input=b"").stdout
+        message = strip_trailers(raw.split(b"\n\n", 1)[1])
+        parent = gitutil.out_bytes(tree, "commit-tree", f"{commit}^{{tree}}", "-p", parent, env=env, input=message)
+        made.append(parent)
+    return made
+
+
+def _numstat(tree: Path, commit: str) -> tuple[tuple[str, ...], int, int]:
+    rows = [line.split("\t") for line in gitutil.out(tree, "diff", "--numstat", f"{commit}~1", commit).splitlines()]
+    return tuple(r[2] for r in rows), sum(int(r[0]) for r in rows), sum(int(r[1]) for r in rows)
+
+
+def moved_on_main(target: Target, paths: tuple[str, ...]) -> Placement | None:
+    """The folder move of the target's upstream that holds every path of a patch, if any."""
+    for moved in MOVES:
+        if moved.upstream == target.upstream.rstrip("/") and all(p.startswith(moved.old) for p in paths):
+            return moved
+    return None
+
+
+def format_patch(tree: Path, commit: str, folder: Path, moved: Placement | None = None) -> None:
+    """`git format-patch -U3` of one commit into `folder`; with `moved`, its paths at the moved folder."""
+    args = ["format-patch", "-q", UPSTREAM_CONTEXT, "--no-signature", "-o", str(folder)]
+    if moved is not None:
+        args += [f"--relative={moved.old}", f"--src-prefix=a/{moved.new}", f"--dst-prefix=b/{moved.new}"]
+    gitutil.git(tree, *args, "-1", commit)
+
+
+def pr_text(description: str, forwarded: str) -> str:
+    """PR.md: the description, with the open upstream pull request named under its title."""
+    if not forwarded:
+        return description
+    title, _, rest = description.partition("\n")
+    return f"{title}\n\n{wording.pr_forwarded(forwarded)}\n{rest}"
+
+
+def export_prs(targets: list[Target], trees: Path, out: Path) -> list[PullRequest]:
+    """Write `out/<target>/<patch stem>/` per patch: its `-U3` mbox, PR.md and, where main moved its folder, the
+    mbox at the new place in `main/`. Every description is checked and every tree verified before anything is
+    written; each target's folder is replaced whole."""
+    descriptions = {}
+    for target in targets:
+        for patch in Series.read(target).patches:
+            descriptions[target.name, patch.path.name] = (check_description(target, patch), patch.forwarded)
+    commits = {t.name: upstream_commits(t, trees / t.name) for t in targets}
+    made: list[PullRequest] = []
+    with scratch.folder("prs") as tmp:
+        for target in targets:
+            tree = trees / target.name
+            for name, commit in zip(target.patches, commits[target.name]):
+                folder = Path(tmp) / target.name / Path(name).stem
+                gitutil.git(
+                    tree, "format-patch", "-q", UPSTREAM_CONTEXT, "--no-signature", "-o", str(folder), "-1", commit
+                )
+                text, forwarded = descriptions[target.name, name]
+                (folder / "PR.md").write_text(pr_text(text, forwarded), encoding="utf-8")
+                files, added, removed = _numstat(tree, commit)
+                title = text.partition("\n")[0].removeprefix("# ")
+                dest = out / target.name / folder.name
+                made.append(PullRequest(target.name, name, title, files, added, removed, forwarded, dest))
+        out.mkdir(parents=True, exist_ok=True)
+        for target in targets:
+            shutil.rmtree(out / target.name, ignore_errors=True)
+            shutil.move(Path(tmp) / target.name, out / target.name)
+    return made

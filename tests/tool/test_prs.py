@@ -1,0 +1,280 @@
+"""`sgl-overlay prs`: each patch as upstream would receive it (normal context, no overlay trailers or
+base-commit, PR.md from its checked description), re-applying to the pinned tree with the same post-images;
+and scripts/check_upstream_main.py, which tries those mboxes on copies of upstream main's files."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from sgl_overlay import prs
+from sgl_overlay.manifest import load_manifest
+from sgl_overlay.series import Series
+from sgl_overlay.tree import is_ready
+from synth import HOOK_PY, MODEL_PY, REPO_ROOT, cli, edit_line, git, make_overlay, pin_wheel, snapshot
+
+BUG = "https://github.com/example/sglang/issues/7"
+PULL = "https://github.com/example/sglang/pull/8"
+SECTIONS = ("Motivation", "Modifications", "Accuracy Tests", "Speed Tests and Profiling")
+
+
+def _ok(*args: str) -> str:
+    proc = cli(*args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def _description(title: str = "# [Model] Fix line 10", fixes: str = "Fixes #7.", sections=SECTIONS) -> str:
+    body = "".join(f"## {name}\n\n{fixes if name == 'Motivation' else 'Text.'}\n\n" for name in sections)
+    return f"{title}\n\n{body}"
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """The synthetic two-patch series with trailers and base-commit (as `export` writes them), laid out again
+    from those files, with a valid description beside each patch. Built once; each test gets a copy."""
+    tmp = tmp_path_factory.mktemp("prs")
+    ov = make_overlay(tmp)
+    manifest = ov.patches / "manifest.toml"
+    manifest.write_text(
+        manifest.read_text().replace(
+            'upstream = "https://example.com/sglang"', 'upstream = "https://github.com/example/sglang"'
+        )
+    )
+    pin_wheel(ov, tmp / "cache")
+    base = ["--patches", str(ov.patches), "--cache", str(tmp / "cache"), "--trees", str(tmp / "trees")]
+    _ok(*base, "fetch", "--offline")
+    _ok(*base, "apply")
+    tree = tmp / "trees" / "sglang"
+    amend = f"git commit -q --amend --no-edit --trailer 'Bug: {BUG}' --trailer 'Forwarded: {PULL}'"
+    git(tree, "-c", "core.editor=true", "rebase", "-q", "upstream", "--exec", amend)
+    _ok(*base, "export")
+    assert all("base-commit: " in p.read_text() and f"Forwarded: {PULL}" in p.read_text() for p in ov.series)
+    base[-1] = str(tmp / "trees2")
+    _ok(*base, "fetch", "--offline")
+    _ok(*base, "apply")
+    for p in ov.series:
+        p.with_suffix(".pr.md").write_text(_description())
+    return tmp
+
+
+@pytest.fixture
+def overlay(prepared, tmp_path):
+    """A copy of the prepared overlay: (patches/ series, global options, the laid-out tree)."""
+    work = tmp_path / "w"
+    shutil.copytree(prepared, work, symlinks=True)
+    patches = work / "patches"
+    series = [patches / "sglang" / p.name for p in sorted((prepared / "patches" / "sglang").glob("*.patch"))]
+    base = ["--patches", str(patches), "--cache", str(work / "cache"), "--trees", str(work / "trees2")]
+    return SimpleNamespace(patches=patches, series=series), base, work / "trees2" / "sglang"
+
+
+def test_prs_writes_normal_context_mboxes_and_pr_md_that_reapply_to_the_same_post_images(overlay, tmp_path):
+    ov, base, tree = overlay
+    out = tmp_path / "out"
+    lines = _ok(*base, "prs", "--out", str(out)).splitlines()
+    folders = [out / "sglang" / p.stem for p in ov.series]
+    assert lines == [
+        f"wrote {folders[0]}/: [Model] Fix line 10 (2 file(s), +3 -1); open upstream as {PULL}",
+        f"wrote {folders[1]}/: [Model] Fix line 10 (2 file(s), +2 -2); open upstream as {PULL}",
+    ]
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(tree), str(clone))
+    git(clone, "checkout", "-q", "upstream")
+    for folder, commit in zip(folders, git(tree, "rev-list", "--reverse", "upstream..HEAD").split()):
+        mboxes = sorted(folder.glob("*.patch"))
+        assert [m.name for m in mboxes] == [git(tree, "log", "-1", "--format=0001-%f.patch", commit)]
+        text = mboxes[0].read_text()
+        assert "Subject: [PATCH] " in text and "@@ -" in text
+        for leak in ("Bug:", "Forwarded:", "base-commit:"):
+            assert leak not in text, (folder.name, leak)
+        pr = (folder / "PR.md").read_text()
+        assert pr == _description().replace("\n\n", f"\n\nForwarded upstream as {PULL}.\n\n", 1)
+        git(clone, "am", "-q", "--keep-non-patch", str(mboxes[0]))
+        # the same post-image blobs: every file at this commit is the series' own
+        assert git(clone, "rev-parse", "HEAD^{tree}") == git(tree, "rev-parse", f"{commit}^{{tree}}")
+        assert git(clone, "log", "-1", "--format=%s%n%an <%ae>", "HEAD") == git(
+            tree, "log", "-1", "--format=%s%n%an <%ae>", commit
+        )
+    assert not list(out.glob("sglang/*/main"))  # no folder of this upstream moved
+    # a second run replaces the target's folder with the same bytes
+    before = snapshot(out)
+    _ok(*base, "prs", "--out", str(out))
+    assert snapshot(out) == before
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (None, r"no pull-request description {path} for sglang/{patch}; write it"),
+        (_description(title="Fix line 10"), "{path}: first line 'Fix line 10' is not a pull-request title"),
+        (_description(title="# Fix line 10"), "{path}: first line '# Fix line 10' is not a pull-request title"),
+        (
+            _description(sections=SECTIONS[:3] + ("Benchmark & Profiling",)),
+            "{path} has the sections ['Motivation', 'Modifications', 'Accuracy Tests', 'Benchmark & Profiling'], "
+            "upstream's template has ['Motivation', 'Modifications', 'Accuracy Tests', 'Speed Tests and Profiling']",
+        ),
+        (_description(sections=SECTIONS[1:]), "{path} has the sections ['Modifications',"),
+        (
+            _description().replace("Text.\n\n## Accuracy", "\n## Accuracy"),
+            "{path}: section `## Modifications` is empty",
+        ),
+        (
+            _description(fixes="Fixes a bug."),
+            f"{{path}} does not name the issue its patch fixes ({BUG}); add `Fixes #7` to `## Motivation`",
+        ),
+    ],
+)
+def test_a_missing_or_malformed_description_is_refused_with_one_line_and_nothing_written(overlay, tmp_path, text, says):
+    ov, base, _ = overlay
+    path = ov.series[1].with_suffix(".pr.md")
+    if text is None:
+        path.unlink()
+    else:
+        path.write_text(text)
+    out = tmp_path / "out"
+    proc = cli(*base, "prs", "--out", str(out))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sgl-overlay: error: "), proc.stderr
+    assert says.format(path=path, patch=ov.series[1].name) in lines[0]
+    assert proc.stdout == "" and not out.exists()
+
+
+@pytest.mark.parametrize("link", [BUG, "Fixes #7", "Closes #7"])
+def test_the_issue_may_be_named_by_its_url_or_fixes(overlay, link, tmp_path):
+    ov, base, _ = overlay
+    ov.series[1].with_suffix(".pr.md").write_text(_description(fixes=link))
+    _ok(*base, "prs", "--out", str(tmp_path / "out"))
+
+
+def test_strip_trailers_keeps_other_trailers_and_drops_an_emptied_paragraph():
+    msg = b"subject\n\nbody\n\nLink: x\nBug: y\nForwarded: z\n"
+    assert prs.strip_trailers(msg) == b"subject\n\nbody\n\nLink: x\n"
+    assert prs.strip_trailers(b"subject\n\nbody\n\nBug: y\nForwarded: z\n") == b"subject\n\nbody\n"
+    assert prs.strip_trailers(b"Bug: not a trailer, the subject\n") == b"Bug: not a trailer, the subject\n"
+
+
+# ----------------------------------------------------------------------------- the real series
+
+
+def test_every_description_in_patches_is_in_its_upstreams_template_shape():
+    manifest = load_manifest(REPO_ROOT / "patches")
+    checked = 0
+    for target in manifest.targets.values():
+        for patch in Series.read(target).patches:
+            if prs.description_of(target, patch.path.name).exists():
+                prs.check_description(target, patch)
+                checked += 1
+    assert checked >= 3
+
+
+def test_real_series_at_normal_context_reapplies_to_the_pinned_trees(tmp_path):
+    """Every laid-out tree under build/trees: the -U3 mboxes, applied with `git am` to the pinned tree, give
+    the series' own trees commit by commit; sgl-kernel's full-context series shrinks to normal context."""
+    manifest = load_manifest(REPO_ROOT / "patches")
+    trees = REPO_ROOT / "build" / "trees"
+    ready = [t for t in manifest.targets.values() if is_ready(trees / t.name, t)]
+    if not ready:
+        pytest.skip("no laid-out trees under build/trees (`make trees`)")
+    for target in ready:
+        tree = trees / target.name
+        clone = tmp_path / target.name
+        git(tmp_path, "clone", "-q", "--shared", "--no-checkout", str(tree), str(clone))
+        git(clone, "checkout", "-q", "upstream")
+        series = git(tree, "rev-list", "--reverse", "upstream..HEAD").split()
+        for name, made, commit in zip(target.patches, prs.upstream_commits(target, tree), series):
+            mbox = subprocess.run(
+                [
+                    "git",
+                    "-C",
+                    str(tree),
+                    "format-patch",
+                    prs.UPSTREAM_CONTEXT,
+                    "--no-signature",
+                    "--stdout",
+                    "-1",
+                    made,
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            assert "\nBug: " not in mbox and "\nForwarded: " not in mbox and "base-commit:" not in mbox
+            if target.full_context:
+                assert len(mbox) < len((target.patch_dir / name).read_text()), name
+            subprocess.run(["git", "-C", str(clone), "am", "-q", "--keep-non-patch"], input=mbox, text=True, check=True)
+            assert git(clone, "rev-parse", "HEAD^{tree}") == git(tree, "rev-parse", f"{commit}^{{tree}}"), name
+            paths = tuple(git(tree, "diff", "--name-only", f"{commit}~1", commit).splitlines())
+            moved = prs.moved_on_main(target, paths)
+            if moved is not None:  # the main-shaped mbox gives the same blobs at the moved folder
+                _same_at_moved_folder(tree, made, commit, moved, tmp_path / "main" / target.name / name)
+
+
+def _same_at_moved_folder(tree: Path, made: str, commit: str, moved, work: Path) -> None:
+    prs.format_patch(tree, made, work / "mbox", moved)
+    (work / "repo").mkdir(parents=True)
+    git(work / "repo", "init", "-q")
+    repo = work / "repo"
+    before = git(tree, "ls-tree", "-r", f"{commit}~1").splitlines()
+    for line in before:
+        meta, path = line.split("\t")
+        if path.startswith(moved.old):
+            dest = repo / moved.path(path)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(
+                subprocess.run(
+                    ["git", "-C", str(tree), "cat-file", "blob", meta.split()[2]], capture_output=True, check=True
+                ).stdout
+            )
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "main")
+    git(repo, "am", "-q", "--keep-non-patch", str(next((work / "mbox").glob("*.patch"))))
+    for line in git(tree, "ls-tree", "-r", commit).splitlines():
+        meta, path = line.split("\t")
+        if path.startswith(moved.old):
+            assert git(repo, "rev-parse", f"HEAD:{moved.path(path)}") == meta.split()[2], path
+
+
+# ----------------------------------------------------------------------------- checked against main
+
+
+def test_check_upstream_main_sorts_applies_offsets_and_conflicts(overlay, tmp_path):
+    ov, base, tree = overlay
+    main = tmp_path / "main" / "example" / "sglang"
+    files = main / "files" / "python" / "sglang"
+    files.mkdir(parents=True)
+    (main / "COMMIT").write_text("a" * 40 + "\n")
+    (files / "model.py").write_text("new 1\nnew 2\n" + MODEL_PY)  # both model.py hunks move by two lines
+    (files / "hook.py").write_text(edit_line(HOOK_PY, "hook 5\n", "hook 5 changed upstream\n"))
+    doc = tmp_path / "upstream.md"
+    doc.write_text("# Upstream\n\nBefore.\n")
+    script = REPO_ROOT / "scripts" / "check_upstream_main.py"
+    args = [
+        sys.executable,
+        str(script),
+        "--patches",
+        str(ov.patches),
+        "--trees",
+        base[-1],
+        "--main",
+        str(tmp_path / "main"),
+    ]
+    proc = subprocess.run([*args, "--write", str(doc)], capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # a conflict
+    rows = [line for line in doc.read_text().splitlines() if line.startswith("| sglang ")]
+    assert len(rows) == 2
+    assert "**applies with offsets**: Hunk #1 succeeded at 9 (offset 2 lines)" in rows[0]
+    assert f"example/sglang `{'a' * 12}`" in rows[0]
+    assert "**conflicts**" in rows[1] and "hook.py" in rows[1]
+    assert doc.read_text().startswith("# Upstream\n\nBefore.\n")
+    # run again: the table is replaced, not appended
+    subprocess.run([*args, "--write", str(doc)], capture_output=True, text=True)
+    assert doc.read_text().count("| target |") == 1
+    listed = subprocess.run([*args[:-2], "--list"], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert "example/sglang python/sglang/model.py" in listed and "example/sglang test/test_model.py" in listed
