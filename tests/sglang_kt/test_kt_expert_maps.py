@@ -15,6 +15,14 @@ Paths: ``none`` and ``trivial`` as in test_kt_gpu_expert_remap.py; ``mapfile`` =
 ``--init-expert-location`` JSON with ``physical_to_logical_map`` (MAP_FILE), read by
 the real ``compute_initial_expert_location_metadata``; ``eplbmap`` = the same with
 the map the real EPLB algorithm computes from seeded counts.
+
+Stand-ins beyond those of test_kt_gpu_expert_remap.py: none for native code. Test
+plumbing: the model-registry lookup of ``ModelConfigForExpertLocation`` answers the
+case's layer and expert counts; the CPU-expert engine stand-in keeps its own copy of
+the GPU-expert mask (kt-kernel's engine has one, which a dynamic update rewrites); for
+the dynamic-update step the real ``SharedFullContext`` is built without its host
+buffers and its full layer is filled from the checkpoint instead of through the KT
+engine's transfer (both need the CPU-expert engine), which is not the code under test.
 """
 
 import json
