@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_probe
+from helpers import in_patch_test, run_probe, run_pytest
 
 HERE = Path(__file__).resolve().parent
 PROBE = HERE / "kt_remap_probe.py"
@@ -41,6 +41,7 @@ MAP_FILE = [5, 2, 7, 0, 6, 3, 1, 4]  # physical expert p holds logical expert MA
 MAP_PATHS = ("mapfile", "eplbmap")
 NVFP4 = dict(modelopt=True, hidden_size=64, intermediate_size=64, num_routed_experts=E, strategy="explicit")
 GLOO_TIMEOUT = 120
+SERVER_ARGS_TEST = "test/registered/unit/test_kt_server_args.py"
 
 EPLB_LINE = (
     "--enable-eplb does not support KTransformers experts (--kt-weight-path): a rebalance remaps "
@@ -327,3 +328,17 @@ def test_report(results, rebalanced, capsys):
             f"wrong slots {fused} (stock raised in {crashed})"
         )
     assert nvfp4["patched"] == fused["patched"] == 0
+
+
+@pytest.mark.parametrize("label", ["stock", "patched"])
+def test_server_args_unit_test(label, stock_root, patched_root):
+    """0005's own test, as the fork's CPU CI runs it: passes patched; on stock the
+    refusal test fails (EPLB with KT is accepted)."""
+    test_file = in_patch_test(TARGET, SERVER_ARGS_TEST)
+    root = patched_root(TARGET) if label == "patched" else stock_root(TARGET)
+    proc = run_pytest([root], test_file, test_file.parent)
+    if label == "patched":
+        assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout[-3000:]
+    else:
+        assert proc.returncode == 1, proc.stdout[-3000:]
+        assert "1 failed, 1 passed" in proc.stdout and "test_eplb_with_kt_is_refused" in proc.stdout
