@@ -26,6 +26,7 @@ engine's transfer (both need the CPU-expert engine), which is not the code under
 """
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -126,12 +127,15 @@ CASES = {**_nvfp4_cases(), **_fused_cases(), **_per_expert_cases(), **_move_case
 
 @pytest.fixture(scope="module")
 def results(stock_root, patched_root):
+    """Every case on both trees: one probe process per tree, the two at once."""
     names = list(CASES)
-    out = {}
-    for label, root in (("stock", stock_root(TARGET)), ("patched", patched_root(TARGET))):
-        res = run_probe(root, PROBE, json.dumps([CASES[n] for n in names]))
-        out[label] = dict(zip(names, res))
-    return out
+    roots = {"stock": stock_root(TARGET), "patched": patched_root(TARGET)}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        runs = {
+            label: pool.submit(run_probe, root, PROBE, json.dumps([CASES[n] for n in names]))
+            for label, root in roots.items()
+        }
+        return {label: dict(zip(names, run.result())) for label, run in runs.items()}
 
 
 def physical_map(res, cfg):
