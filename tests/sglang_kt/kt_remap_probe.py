@@ -69,6 +69,8 @@ def main():
 def run_case(cfg):
     """Build one KT FusedMoE layer as the config says (`kt: false`: the same layer
     without KT, as the reference), load every expert, describe it."""
+    if "server_args" in cfg:
+        return check_server_args(cfg["server_args"])
     routed = cfg["num_routed_experts"]
     num_layers = cfg.get("num_layers", 4)
     first_moe_layer = cfg.get("first_k_dense_replace", 1)
@@ -84,23 +86,47 @@ def run_case(cfg):
         else:
             masks = strategy_masks(server_args, cfg.get("tp_size", 1), cfg.get("tp_rank", 0))
         layer_id = resolve_layer_id(cfg.get("layer_id", 1), masks, first_moe_layer)
+        physical_to_logical = None
         if cfg["path"] == "trivial":
             install_trivial_metadata(server_args, routed, num_layers, cfg.get("ep_size", 1))
-        moe = build_moe(cfg, layer_id)
+        elif cfg["path"] in MAP_PATHS:
+            physical_to_logical = install_mapped_metadata(server_args, cfg, num_layers, layer_id)
+        try:
+            moe = build_moe(cfg, layer_id)
+        except ValueError as exc:  # a combination the layer refuses at startup
+            return {"refused": str(exc)}
         fill_sentinel(moe, float("nan") if cfg.get("modelopt") else SENTINEL)
         loader = cfg.get("loader", "per_expert")
         if loader != "per_expert":
-            return load_all_experts_at_once(moe, cfg, layer_id, loader)
+            result = load_all_experts_at_once(moe, cfg, layer_id, loader)
+            result["physical_to_logical"] = physical_to_logical
+            return result
         calls = load_experts(moe, cfg, layer_id)
         result = describe(moe, calls) if masks is not None else {"loader_calls": calls}
         if cfg.get("modelopt"):
             result.update(nvfp4_scales(moe))
         else:
             result.update(decode_slots(moe.w13_weight.data, moe.w2_weight.data))
+        if cfg.get("dynamic_update"):
+            result.update(dynamic_update(moe, cfg))
+        result["physical_to_logical"] = physical_to_logical
     finally:
         if freq_file:
             os.unlink(freq_file)
     return result
+
+
+def check_server_args(fields):
+    """The real ServerArgs with these fields, through its EPLB/dispatch handler
+    (model_path "dummy" returns from __post_init__ before the handlers run)."""
+    from sglang.srt.server_args import ServerArgs
+
+    server_args = ServerArgs(model_path="dummy", **fields)
+    try:
+        server_args._handle_eplb_and_dispatch()
+    except ValueError as exc:
+        return {"refused": str(exc)}
+    return {"accepted": True, "ep_dispatch_algorithm": server_args.ep_dispatch_algorithm}
 
 
 def set_process_groups(tp_size, tp_rank, ep_size, ep_rank):
@@ -142,11 +168,17 @@ def make_server_args(cfg, num_layers, first_moe_layer, freq_file):
         kt_expert_placement_strategy=("uniform" if cfg["strategy"] == "explicit" else cfg["strategy"]),
         kt_max_deferred_experts_per_token=None,
         kt_gpu_prefill_token_threshold=None,
-        kt_enable_dynamic_expert_update=False,
+        kt_enable_dynamic_expert_update=cfg.get("dynamic_update", False),
         kt_expert_lora_path=None,
         init_expert_location=freq_file or "trivial",
         chunked_prefill_size=64,
         ep_dispatch_algorithm=None,
+        # ExpertLocationMetadata.init_by_mapping / init_by_eplb read these.
+        device="cpu",
+        ep_size=cfg.get("ep_size", 1),
+        nnodes=1,
+        ep_num_redundant_experts=0,
+        eplb_algorithm="auto",
         enable_deterministic_inference=False,
         # initialize_moe_config() reads these; the runner backend picks the NVFP4 branch.
         moe_a2a_backend="none",
@@ -247,6 +279,87 @@ def install_trivial_metadata(server_args, routed, num_layers, ep_size):
     expert_location.set_global_expert_location_metadata(meta)
 
 
+MAP_PATHS = ("mapfile", "eplbmap")
+EPLB_COUNTS_SEED = 4321
+
+
+def install_mapped_metadata(server_args, cfg, num_layers, layer_id):
+    """Metadata from an --init-expert-location file holding a physical_to_logical_map,
+    read by the real compute_initial_expert_location_metadata. `mapfile`: the
+    case's map (physical expert p of every layer holds logical expert map[p]);
+    `eplbmap`: the map the real EPLB algorithm (ExpertLocationMetadata.init_by_eplb)
+    makes from seeded expert counts, as an EPLB run dumps it. The model-registry
+    lookup (which model class, how many layers and experts) answers from the case
+    (test plumbing). Returns the map of the layer under test."""
+    from sglang.srt.eplb import expert_location
+
+    routed = cfg["num_routed_experts"]
+    expert_location.ModelConfigForExpertLocation.from_model_config = staticmethod(
+        lambda model_config: expert_location.ModelConfigForExpertLocation(
+            num_layers=num_layers, num_logical_experts=routed
+        )
+    )
+    if cfg["path"] == "mapfile":
+        p2l = torch.tensor(cfg["physical_to_logical"]).repeat(num_layers, 1)
+    else:
+        gen = torch.Generator().manual_seed(EPLB_COUNTS_SEED)
+        counts = torch.randint(0, 1000, (1, num_layers, routed), generator=gen)
+        p2l = expert_location.ExpertLocationMetadata.init_by_eplb(server_args, None, counts).physical_to_logical_map
+    fd, path = tempfile.mkstemp(suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump({"physical_to_logical_map": p2l.tolist()}, f)
+    server_args.init_expert_location = path
+    try:
+        meta = expert_location.compute_initial_expert_location_metadata(
+            server_args, None, moe_ep_rank=cfg.get("ep_rank", 0)
+        )
+    finally:
+        os.unlink(path)
+    expert_location.set_global_expert_location_metadata(meta)
+    return meta.physical_to_logical_map_cpu[layer_id].tolist()
+
+
+def dynamic_update(moe, cfg):
+    """One --kt-enable-dynamic-expert-update step as a prefill on the full-GPU path
+    runs it: the real SharedFullContext (its full layer built, its host buffers and
+    the KT transfer into it not: they need the CPU-expert engine; the full layer is
+    filled from the checkpoint instead) and the real _update_gpu_experts_from_batch
+    with a batch whose top experts are `cfg["batch_experts"]`. Reports what each GPU
+    slot then holds, the KT tables and the CPU engine's mask, or the error."""
+    from sglang.srt.layers.moe import kt_ep_wrapper
+
+    method = moe.quant_method
+    ctx = kt_ep_wrapper.SharedFullContext(
+        layer=moe,
+        init_args=method._full_init_args,
+        global_num_experts=method.global_num_experts,
+        moe_runner_config=moe.moe_runner_config,
+        defer_cpu_buffers=True,
+    )
+    hidden, inter = cfg.get("hidden_size", 8), cfg.get("intermediate_size", 8)
+    if not cfg.get("modelopt"):
+        full = ctx.gpu_layer
+        for e in range(method.global_num_experts):
+            full.w13_weight.data[e] = torch.cat([full_weight(e, s, hidden, inter) for s in ("w1", "w3")])
+            full.w2_weight.data[e] = full_weight(e, "w2", hidden, inter)
+    top = cfg["batch_experts"]
+    topk_ids = torch.tensor([top[: len(top) // 2] * 3, top[len(top) // 2 :] * 3]).view(-1, 2)
+    dispatch_output = SimpleNamespace(topk_output=SimpleNamespace(topk_ids=topk_ids))
+    try:
+        method._update_gpu_experts_from_batch(layer=moe, ctx=ctx, dispatch_output=dispatch_output)
+    except Exception as exc:  # noqa: BLE001  (reported: the stock crash is the finding)
+        return {"update_error": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
+    out = {
+        "updated_gpu_index_to_logical": [int(i) for i in method.gpu_index_to_logical],
+        "updated_mask": [int(i) for i in method.gpu_experts_mask.nonzero().flatten()],
+        "updated_logical_to_gpu_index": [int(i) for i in method.logical_to_gpu_index],
+        "updated_cpu_engine_mask": [int(i) for i in method.wrapper.gpu_experts_mask.nonzero().flatten()],
+    }
+    if not cfg.get("modelopt"):
+        out["updated_slots"] = decode_slots(moe.w13_weight.data, moe.w2_weight.data)["slots"]
+    return out
+
+
 def nvfp4_quant_config():
     """The real ModelOptFp4Config (the checkpoint format NVFP4 serving loads)."""
     import kt_cpu_stubs
@@ -286,7 +399,8 @@ def build_moe(cfg, layer_id):
         prefix=f"model.layers.{layer_id}.mlp.experts",
         use_weight_loader_fused=cfg.get("loader") == "fused",
     )
-    expected = "KTEPWrapperMethod" if cfg.get("kt", True) else "ModelOptNvFp4FusedMoEMethod"
+    plain = "ModelOptNvFp4FusedMoEMethod" if cfg.get("modelopt") else "UnquantizedFusedMoEMethod"
+    expected = "KTEPWrapperMethod" if cfg.get("kt", True) else plain
     assert type(moe.quant_method).__name__ == expected, type(moe.quant_method)
     return moe
 
@@ -353,11 +467,12 @@ def load_all_experts_at_once(moe, cfg, layer_id, loader):
 
 
 def fused_weight(moe, cfg, pname):
-    """[local experts, ...] of full_weight()s: w13 = w1 rows then w3 rows."""
+    """[every routed expert, ...] of full_weight()s in logical order, as gpt-oss
+    passes them: w13 = w1 rows then w3 rows."""
     hidden, inter = cfg.get("hidden_size", 8), cfg.get("intermediate_size", 8)
     shards = ("w1", "w3") if pname == "w13" else ("w2",)
     return torch.stack(
-        [torch.cat([full_weight(e, s, hidden, inter) for s in shards]) for e in range(moe.num_local_experts)]
+        [torch.cat([full_weight(e, s, hidden, inter) for s in shards]) for e in range(cfg["num_routed_experts"])]
     )
 
 

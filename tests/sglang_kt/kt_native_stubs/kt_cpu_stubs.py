@@ -57,6 +57,9 @@ class CpuExpertEngineStandIn:
 
     def __init__(self, **kwargs):
         self.loaded_maps = []
+        # The engine's own copy of the layer's GPU-expert mask (a dynamic expert
+        # update rewrites it in place).
+        self.gpu_experts_mask = kwargs["gpu_experts_mask"].clone()
 
     def load_weights(self, physical_to_logical_map_cpu):
         self.loaded_maps.append(physical_to_logical_map_cpu.tolist())

@@ -1,0 +1,348 @@
+"""Every KT GPU slot runs its own expert under every expert map, all-experts loader
+and run-time move, or the server refuses the combination (sglang-kt 0.7.2, series
+0003-0006).
+
+The probes are kt_remap_probe.py (one process per tree, every case; stand-ins listed
+in test_kt_gpu_expert_remap.py) and kt_eplb_probe.py (2 EP ranks forked after one
+import, joined over gloo with a timeout that fails the test on a hang). Expected
+values come from the maps themselves: the map file the test writes, the map the real
+EPLB algorithm makes (``ExpertLocationMetadata.init_by_eplb``, reported by the
+probe), and the KT tables (slot k of EP rank r is physical expert
+r * local + gpu_index_to_logical[k], which must hold logical expert
+physical_to_logical[physical]).
+
+Paths: ``none`` and ``trivial`` as in test_kt_gpu_expert_remap.py; ``mapfile`` = an
+``--init-expert-location`` JSON with ``physical_to_logical_map`` (MAP_FILE), read by
+the real ``compute_initial_expert_location_metadata``; ``eplbmap`` = the same with
+the map the real EPLB algorithm computes from seeded counts.
+
+Stand-ins beyond those of test_kt_gpu_expert_remap.py: none for native code. Test
+plumbing: the model-registry lookup of ``ModelConfigForExpertLocation`` answers the
+case's layer and expert counts; the CPU-expert engine stand-in keeps its own copy of
+the GPU-expert mask (kt-kernel's engine has one, which a dynamic update rewrites); for
+the dynamic-update step the real ``SharedFullContext`` is built without its host
+buffers and its full layer is filled from the checkpoint instead of through the KT
+engine's transfer (both need the CPU-expert engine), which is not the code under test.
+"""
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from helpers import in_patch_test, run_probe, run_pytest
+
+HERE = Path(__file__).resolve().parent
+PROBE = HERE / "kt_remap_probe.py"
+EPLB_PROBE = HERE / "kt_eplb_probe.py"
+TARGET = "sglang-kt"
+E = 8
+MAP_FILE = [5, 2, 7, 0, 6, 3, 1, 4]  # physical expert p holds logical expert MAP_FILE[p]
+MAP_PATHS = ("mapfile", "eplbmap")
+NVFP4 = dict(modelopt=True, hidden_size=64, intermediate_size=64, num_routed_experts=E, strategy="explicit")
+GLOO_TIMEOUT = 120
+SERVER_ARGS_TEST = "test/registered/unit/test_kt_server_args.py"
+
+EPLB_LINE = (
+    "--enable-eplb does not support KTransformers experts (--kt-weight-path): a rebalance remaps "
+    "routing but moves neither the KT GPU-expert slots and masks nor the CPU experts. Drop "
+    "--enable-eplb; place GPU experts with --kt-expert-placement-strategy, or fix a placement with "
+    "--init-expert-location."
+)
+DYNAMIC_NVFP4_LINE = (
+    "--kt-enable-dynamic-expert-update does not support NVFP4 (modelopt_fp4) GPU experts: promoting "
+    "an expert copies BF16, FP8 or INT4 tensors, not NVFP4's swizzled block scales, alphas and input "
+    "scales. Drop --kt-enable-dynamic-expert-update; --kt-expert-placement-strategy places NVFP4 GPU "
+    "experts at startup."
+)
+
+
+def _with_path(cfg, path):
+    out = dict(cfg, path=path)
+    if path == "mapfile":
+        out["physical_to_logical"] = MAP_FILE
+    return out
+
+
+def _nvfp4_cases():
+    """Each NVFP4 runner branch whose input-scale rows a slot reads, under both maps."""
+    layouts = {
+        "auto": [dict(gpu_experts=[1, 4, 6])],
+        "flashinfer_cutlass": [dict(gpu_experts=[1, 4, 6])],
+        "flashinfer_cutedsl": [dict(gpu_experts=[1, 3], ep_size=2, ep_rank=r) for r in (0, 1)],
+    }
+    return {
+        f"nvfp4/{backend}/ep{lay.get('ep_rank', 0)}of{lay.get('ep_size', 1)}/{path}": _with_path(
+            dict(NVFP4, moe_runner_backend=backend, **lay), path
+        )
+        for backend, lays in layouts.items()
+        for lay in lays
+        for path in MAP_PATHS
+    }
+
+
+FUSED_MASKS = {"full": list(range(E)), "1_3": [1, 3], "0_2_3_6": [0, 2, 3, 6], "1_4_6": [1, 4, 6]}
+
+
+def _fused_cases():
+    """gpt-oss BF16: all experts in one tensor through weight_loader_fused, EP 2 both ranks."""
+    base = dict(num_routed_experts=E, strategy="explicit", loader="fused", hidden_size=64, intermediate_size=64)
+    return {
+        f"fused/{mask}/ep{rank}of2/{path}": _with_path(dict(base, gpu_experts=experts, ep_size=2, ep_rank=rank), path)
+        for mask, experts in FUSED_MASKS.items()
+        for rank in (0, 1)
+        for path in ("none", "trivial", *MAP_PATHS)
+    }
+
+
+def _per_expert_cases():
+    """The per-expert loader under both maps (right before this series too)."""
+    lays = {"ep0of1": dict(gpu_experts=[1, 4, 6])}
+    lays.update({f"ep{r}of2": dict(gpu_experts=[1, 3], ep_size=2, ep_rank=r) for r in (0, 1)})
+    return {
+        f"bf16/{name}/{path}": _with_path(dict(num_routed_experts=E, strategy="explicit", **lay), path)
+        for name, lay in lays.items()
+        for path in MAP_PATHS
+    }
+
+
+def _move_cases():
+    dyn = dict(num_routed_experts=E, strategy="explicit", gpu_experts=[1, 4, 6], path="none")
+    dyn.update(dynamic_update=True, batch_experts=[2, 5, 7, 2, 5, 7])
+    kt_eplb = dict(tp_size=2, ep_size=2, enable_eplb=True, kt_weight_path="/kt-weights")
+    return {
+        "dynamic/bf16": dyn,
+        "dynamic/nvfp4": dict(dyn, **NVFP4, moe_runner_backend="auto"),
+        "server_args/eplb_kt": dict(server_args=kt_eplb),
+        "server_args/eplb": dict(server_args=dict(tp_size=2, ep_size=2, enable_eplb=True)),
+        "server_args/kt_mapfile": dict(
+            server_args=dict(tp_size=2, ep_size=2, kt_weight_path="/kt-weights", init_expert_location="map.json")
+        ),
+    }
+
+
+CASES = {**_nvfp4_cases(), **_fused_cases(), **_per_expert_cases(), **_move_cases()}
+
+
+@pytest.fixture(scope="module")
+def results(stock_root, patched_root):
+    """Every case on both trees: one probe process per tree, the two at once."""
+    names = list(CASES)
+    roots = {"stock": stock_root(TARGET), "patched": patched_root(TARGET)}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        runs = {
+            label: pool.submit(run_probe, root, PROBE, json.dumps([CASES[n] for n in names]))
+            for label, root in roots.items()
+        }
+        return {label: dict(zip(names, run.result())) for label, run in runs.items()}
+
+
+def physical_map(res, cfg):
+    """physical -> logical for the layer (identity under none/trivial)."""
+    return res["physical_to_logical"] or list(range(cfg["num_routed_experts"]))
+
+
+def reachable_slots(res, cfg):
+    """(slot, logical expert it must hold) for every GPU slot that routing reaches on
+    this rank: local ids below the rank's routed count, in slot order."""
+    local = cfg["num_routed_experts"] // cfg.get("ep_size", 1)
+    offset = cfg.get("ep_rank", 0) * local
+    p2l = physical_map(res, cfg)
+    ids = [e for e in res["gpu_index_to_logical"] if e < local]
+    return [(k, p2l[offset + e]) for k, e in enumerate(ids)]
+
+
+def held(slot):
+    parts = [slot["w1"], slot["w3"], slot["w2"]]
+    experts = {p[0] if isinstance(p, list) else f"bad:{p}" for p in parts}
+    return experts.pop() if len(experts) == 1 else f"mixed:{parts}"
+
+
+def wrong_weight_slots(res, cfg):
+    """How many reachable slots hold another expert (all of them when loading raised)."""
+    want = reachable_slots(res, cfg)
+    if "error" in res:
+        return len(want)
+    return sum(held(res["slots"][k]) != e for k, e in want)
+
+
+def nvfp4_expected_pairs(res, cfg, gemm):
+    """(weight_scale_2 expert, input-scale expert) slot k must compute with: its own
+    expert's, or one scalar over every expert (expert 0's: the largest input scale)."""
+    scalar = cfg["moe_runner_backend"] == "flashinfer_cutlass" or (
+        cfg["moe_runner_backend"] == "flashinfer_cutedsl" and gemm == "w13"
+    )
+    return [(e, 0 if scalar else e) for _, e in reachable_slots(res, cfg)]
+
+
+def nvfp4_wrong_slots(res, cfg):
+    wrong = 0
+    for k, _ in reachable_slots(res, cfg):
+        pairs = [(res[f"{g}_slots"][k]["weight_scale_2"], res[f"{g}_slots"][k]["input_scale"]) for g in ("w13", "w2")]
+        wrong += pairs != [nvfp4_expected_pairs(res, cfg, g)[k] for g in ("w13", "w2")]
+    return wrong
+
+
+def _names(prefix):
+    return [n for n in CASES if n.startswith(prefix)]
+
+
+# ---------------------------------------------------------------- the maps themselves
+
+
+def test_maps_are_non_trivial(results):
+    for label in ("stock", "patched"):
+        for name in _names("nvfp4/") + _names("bf16/"):
+            p2l = results[label][name]["physical_to_logical"]
+            assert sorted(p2l) == list(range(E)) and p2l != list(range(E)), name
+            if name.endswith("/mapfile"):
+                assert p2l == MAP_FILE
+    eplb = {tuple(results["patched"][n]["physical_to_logical"]) for n in _names("nvfp4/") if n.endswith("eplbmap")}
+    assert eplb and tuple(MAP_FILE) not in eplb  # one EPLB map per EP size
+
+
+# ---------------------------------------------------------------- NVFP4 input scales under maps
+
+
+def test_nvfp4_slots_pair_their_own_scales_under_maps(results):
+    """Patched: on every branch, slot k's weight_scale_2 and input scale are those of
+    the logical expert its physical expert holds. Stock: the per-slot branches pair
+    the weights with the input scale of logical expert <physical id> instead."""
+    counts = {"stock": 0, "patched": 0}
+    for name in _names("nvfp4/"):
+        cfg = CASES[name]
+        for label in counts:
+            res = results[label][name]
+            assert res["gpu_index_to_logical"] == cfg["gpu_experts"]
+            counts[label] += nvfp4_wrong_slots(res, cfg)
+        assert nvfp4_wrong_slots(results["patched"][name], cfg) == 0, name
+        stock = results["stock"][name]
+        local = E // cfg.get("ep_size", 1)
+        offset = cfg.get("ep_rank", 0) * local
+        p2l = physical_map(stock, cfg)
+        per_slot_moved = any(p2l[offset + e] != offset + e for e in cfg["gpu_experts"] if e < local)
+        stock_wrong = nvfp4_wrong_slots(results["stock"][name], cfg)
+        if cfg["moe_runner_backend"] == "flashinfer_cutlass":
+            # One maximum over all rows, which the map only permutes: patched is right
+            # under every map; stock's maximum is NaN for the reason 0001 fixes (the
+            # CPU experts' rows are left unwritten), not for the map.
+            assert {s["input_scale"] for g in ("w13", "w2") for s in stock[f"{g}_slots"]} == {"nan"}, name
+        elif per_slot_moved:
+            assert stock_wrong > 0, name
+    assert counts["patched"] == 0 and counts["stock"] >= 6
+
+
+# ---------------------------------------------------------------- the all-experts loader, EP 2
+
+
+def test_fused_loader_ep2_every_rank(results):
+    """Patched: each rank's reachable slots hold its own experts under every map.
+    Stock: a full mask loads without error and rank 1 holds experts 0..3; any other
+    mask raises a size mismatch; under a map the slots ignore it."""
+    for name in _names("fused/"):
+        cfg = CASES[name]
+        patched = results["patched"][name]
+        assert "error" not in patched, (name, patched.get("error"))
+        assert wrong_weight_slots(patched, cfg) == 0, name
+        stock = results["stock"][name]
+        if "/full/" in name:
+            assert "error" not in stock
+            if "/ep1of2/" in name or name.endswith(MAP_PATHS):
+                assert wrong_weight_slots(stock, cfg) > 0, name
+        else:
+            assert stock["error"].startswith("The size of tensor a"), name
+    full_rank1 = results["stock"]["fused/full/ep1of2/none"]
+    assert [held(s) for s in full_rank1["slots"][:4]] == [0, 1, 2, 3]
+    assert [held(s) for s in results["patched"]["fused/full/ep1of2/none"]["slots"][:4]] == [4, 5, 6, 7]
+
+
+def test_per_expert_loader_under_maps(results):
+    for name in _names("bf16/"):
+        for label in ("stock", "patched"):
+            res = results[label][name]
+            assert wrong_weight_slots(res, CASES[name]) == 0, (label, name)
+
+
+# ---------------------------------------------------------------- run-time moves
+
+
+def test_eplb_with_kt_is_refused_at_startup(results):
+    assert "refused" not in results["stock"]["server_args/eplb_kt"]
+    assert results["patched"]["server_args/eplb_kt"] == {"refused": EPLB_LINE}
+    for label in ("stock", "patched"):
+        for name in ("server_args/eplb", "server_args/kt_mapfile"):
+            assert results[label][name] == {"accepted": True, "ep_dispatch_algorithm": "static"}
+
+
+@pytest.fixture(scope="module")
+def rebalanced(stock_root):
+    """One EPLB rebalance on the stock tree, 2 EP ranks over gloo: KT layers with as
+    many GPU slots as local experts (the updater moves them as physical rows) and with
+    more (it moves nothing), and the plain layer as the control."""
+    base = dict(num_routed_experts=E, strategy="explicit")
+    cases = [dict(base, gpu_experts=[1, 2, 5, 6]), dict(base, gpu_experts=[1, 3, 4, 6, 7]), dict(base, kt=False)]
+    out = run_probe(stock_root(TARGET), EPLB_PROBE, json.dumps(cases), str(GLOO_TIMEOUT), extra_path=(HERE,))
+    assert out["hung"] == [], out
+    for rank, res in out["ranks"].items():
+        assert res["error"] is None, (rank, res.get("traceback"))
+    return cases, out["ranks"]
+
+
+def test_eplb_rebalance_desynchronises_kt_on_stock(rebalanced):
+    cases, ranks = rebalanced
+    wrong_gpu = wrong_cpu = 0
+    for rank in ("0", "1"):
+        kt_same, kt_more, plain = ranks[rank]["cases"]
+        p2l = plain["physical_to_logical"]
+        assert p2l != list(range(E)) and kt_same["physical_to_logical"] == p2l
+        # The control: the plain layer's slots follow the new map.
+        assert [held(s) for s in plain["slots"]] == p2l[4 * int(rank) : 4 * int(rank) + 4]
+        assert kt_same["moved"] == ["w13_weight", "w2_weight"] and kt_more["moved"] == []
+        for case, res in zip(cases, (kt_same, kt_more)):
+            cfg = dict(case, ep_size=2, ep_rank=int(rank))
+            wrong_gpu += wrong_weight_slots(res, cfg)
+            # The CPU engine keeps the map it loaded with.
+            assert res["cpu_engine_maps"] == [list(range(E))]
+            local_cpu = [q for q in range(4 * int(rank), 4 * int(rank) + 4) if q % 4 not in case["gpu_experts"]]
+            wrong_cpu += sum(p2l[q] != q for q in local_cpu)
+    assert wrong_gpu > 0 and wrong_cpu > 0
+
+
+def test_dynamic_update(results):
+    """BF16: weights, KT tables and the CPU engine's mask move together (stock and
+    patched). NVFP4: AttributeError mid-serving on stock, refused at startup patched."""
+    for label in ("stock", "patched"):
+        res = results[label]["dynamic/bf16"]
+        assert res["updated_gpu_index_to_logical"] == res["updated_mask"] == res["updated_cpu_engine_mask"] == [2, 5, 7]
+        assert [held(s) for s in res["updated_slots"]] == [2, 5, 7]
+    stock = results["stock"]["dynamic/nvfp4"]
+    assert stock["update_error"] == "AttributeError: 'FusedMoE' object has no attribute 'w13_weight_scale'"
+    assert results["patched"]["dynamic/nvfp4"] == {"refused": DYNAMIC_NVFP4_LINE}
+
+
+def test_report(results, rebalanced, capsys):
+    """The closing note's numbers (printed; pytest -s shows them)."""
+    nvfp4 = {label: sum(nvfp4_wrong_slots(results[label][n], CASES[n]) for n in _names("nvfp4/")) for label in results}
+    fused = {label: sum(wrong_weight_slots(results[label][n], CASES[n]) for n in _names("fused/")) for label in results}
+    crashed = sum("error" in results["stock"][n] for n in _names("fused/"))
+    with capsys.disabled():
+        print(
+            f"\nnvfp4 cases {len(_names('nvfp4/'))} wrong slots {nvfp4}; fused cases {len(_names('fused/'))} "
+            f"wrong slots {fused} (stock raised in {crashed})"
+        )
+    assert nvfp4["patched"] == fused["patched"] == 0
+
+
+@pytest.mark.parametrize("label", ["stock", "patched"])
+def test_server_args_unit_test(label, stock_root, patched_root):
+    """0005's own test, as the fork's CPU CI runs it: passes patched; on stock the
+    refusal test fails (EPLB with KT is accepted)."""
+    test_file = in_patch_test(TARGET, SERVER_ARGS_TEST)
+    root = patched_root(TARGET) if label == "patched" else stock_root(TARGET)
+    proc = run_pytest([root], test_file, test_file.parent)
+    if label == "patched":
+        assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout[-3000:]
+    else:
+        assert proc.returncode == 1, proc.stdout[-3000:]
+        assert "1 failed, 1 passed" in proc.stdout and "test_eplb_with_kt_is_refused" in proc.stdout
