@@ -20,25 +20,19 @@ trees: $(TOOL)
 	$(TOOL) apply
 	$(TOOL) verify
 
-# dist/: the patched sglang / sglang-kt wheels, the tool's wheel (with a copy of patches/; python/build is
-# removed first so that no file deleted from patches/ ships) and sgl_kernel_ext, built by $(1) (a Python
-# with the torch it is for, setuptools and nvcc on PATH) into $(KERNEL_BUILD) with its build log, which
-# test-kernel checks (scripts/build_kernel_wheel.sh).
-KERNEL_BUILD := build/kernel-wheel
+# dist/: the patched sglang / sglang-kt wheels and the tool's wheel (with a copy of patches/; python/build is
+# removed first so that no file deleted from patches/ ships).
 define build_dist
 	$(TOOL) wheels --out dist
 	rm -rf python/build && .venv/bin/python -m pip wheel -q --no-deps -w dist ./python && rm -rf python/build
-	scripts/build_kernel_wheel.sh $(1) $(KERNEL_BUILD) && cp $(KERNEL_BUILD)/sgl_kernel_ext-*.whl dist/
 endef
 
-wheels: trees venvs
-	$(call build_dist,.venvs/sglang/bin/python)
+wheels: trees
+	$(call build_dist)
 
-# dist/ only, without the sglang and sglang-kt venvs: the tool's .venv and .venvs/kernel-py312 (torch
-# alone, sglang 0.5.23's, 5.4 GB) to build the extension.
+# dist/ only: the tool's .venv and the trees, no test venvs.
 wheels-only: trees
-	scripts/setup_venvs.sh kernel-py312
-	$(call build_dist,.venvs/kernel-py312/bin/python)
+	$(call build_dist)
 
 test: lint venvs trees test-tool test-style test-sglang test-sglang-kt test-kernel test-wheels test-launch test-image
 
@@ -61,31 +55,30 @@ test-sglang: venvs trees
 test-sglang-kt: venvs trees
 	.venvs/sglang-kt/bin/python $(PYTEST) tests/sglang_kt
 
-# tests/kernel/test_kernel_build.py checks the sgl_kernel_ext wheel `wheels` built for dist/ (one nvcc
-# build of the release architectures for both).
-test-kernel: venvs trees wheels
-	SGL_KERNEL_EXT_WHEEL_BUILD=$(CURDIR)/$(KERNEL_BUILD) .venvs/sglang/bin/python $(PYTEST) tests/kernel
+# The sgl-kernel series on the trees: pins and drift, nvcc compiling the post-image (CI has no GPU: the GPU
+# tests skip; scripts/gpu_kernel.sh runs them on a GPU machine).
+test-kernel: venvs trees
+	.venvs/sglang/bin/python $(PYTEST) tests/kernel
 
 # The patched wheels, every Python tag, installed: RECORD, byte diff against stock, doctor, the cp312
 # wheel in a Python 3.12 venv, and the stock wheels in the patched role failing the K3 and KT suites
 # (tests/wheels). Then, against the installed stock and patched wheels (the first pinned one: cp311 for
 # sglang) instead of the trees, the tests whose subject is the package as pip lays it out, imported from
 # there: each patch's own unit test (upstream's test/ layout, run with only the package on PYTHONPATH and
-# importing its sglang.test helpers from it), for sglang 0001-0003 and 0005-0007
-# (test_k3_mega_moe_upstream_tests.py) and 0004 (test_deep_gemm_copy_list_upstream_test.py), for sglang-kt
-# 0001 (test_kt_gpu_expert_remap.py's upstream_unit_test cases) and 0002 (in test_kt_deep_gemm_copy_list.py,
-# whose probe also asserts that the deep_gemm runner it runs is the installed one and that it reaches this
-# repository's sgl_kernel_ext). The probe suites run on the trees only (test-sglang, test-sglang-kt): the K3
+# importing its sglang.test helpers from it), for sglang's K3 patches (test_k3_mega_moe_upstream_tests.py)
+# and 0005, the DeepGEMM runner's caller (test_deep_gemm_copy_list.py, whose probe also runs the installed
+# runner over the released kernels' length rules), for sglang-kt 0001 (test_kt_gpu_expert_remap.py's
+# upstream_unit_test cases) and 0002 (test_kt_deep_gemm_copy_list.py, likewise). The probe suites run on the trees only (test-sglang, test-sglang-kt): the K3
 # startup/runtime probes (test_k3_mega_moe_token_cap.py), the multi-pass probes (test_k3_mega_moe_passes.py),
 # the K3 grid and the KT remap probe (the rest of test_kt_gpu_expert_remap.py). They prove the patched
 # functions' behaviour on the post-image files, which tests/wheels proves the installed files are byte for
 # byte; rerun here they would add about 5 minutes and prove nothing new.
 INSTALLED := $(CURDIR)/build/installed
-SGLANG_WHEEL_TESTS := tests/sglang/test_k3_mega_moe_upstream_tests.py tests/sglang/test_deep_gemm_copy_list_upstream_test.py
+SGLANG_WHEEL_TESTS := tests/sglang/test_k3_mega_moe_upstream_tests.py tests/sglang/test_deep_gemm_copy_list.py
 KT_REMAP := tests/sglang_kt/test_kt_gpu_expert_remap.py
 KT_WHEEL_TESTS := tests/sglang_kt/test_kt_deep_gemm_copy_list.py $(KT_REMAP)::test_upstream_unit_test_passes_on_patched \
   $(KT_REMAP)::test_upstream_unit_test_fails_on_stock
-test-wheels: wheels
+test-wheels: venvs wheels
 	scripts/install_wheels.sh
 	.venv/bin/python $(PYTEST) tests/wheels
 	SGL_OVERLAY_STOCK_ROOT_SGLANG=$(INSTALLED)/stock-sglang SGL_OVERLAY_PATCHED_ROOT_SGLANG=$(INSTALLED)/patched-sglang \

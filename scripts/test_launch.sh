@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # README.md's "Installing on a GPU box" commands, as written, in a fresh venv whose folder holds dist/:
-# stock sglang with its full dependency set, the patched twin, sgl_kernel_ext, the tool, doctor (which
+# stock sglang with its full dependency set, the patched twin, the tool, doctor (which
 # must find every fix). Then `pip show` carries the local label and `python -m sglang.launch_server
 # --help` imports beside the real dependencies.
 # ~11 GB (torch 2.14.1 CUDA build, flashinfer, cutlass-dsl, ...), of which ~1.6 GB come from PyPI and the

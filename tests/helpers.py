@@ -130,3 +130,12 @@ def run_pytest(
         cwd=cwd,
         timeout=1200,
     )
+
+
+def check_in_patch_test(package_root: Path, target: str, rel: str, cwd: Path, summary: str) -> None:
+    """Run a patch's own test file against one package; it must end with `summary` (e.g. "2 passed,
+    1 skipped"), exit 0 when nothing failed and 1 otherwise."""
+    proc = run_pytest([package_root], in_patch_test(target, rel), cwd)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == (1 if "failed" in summary else 0), out[-6000:]
+    assert summary in out, out[-3000:]

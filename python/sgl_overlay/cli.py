@@ -200,8 +200,8 @@ def cmd_wheels(args: argparse.Namespace, ctx: Context) -> int:
 def cmd_doctor(args: argparse.Namespace, ctx: Context) -> int:
     """Check which fixes an environment has (exit 1 when one is missing).
 
-    Installed files against the post-image blobs, sgl-kernel-ext installed and wired in, a live N=16 copy on
-    a GPU; prints the command that fixes what is missing."""
+    Installed files against the post-image blobs, the installed sgl_kernel's lengths beside what the DeepGEMM
+    runner sends, a live N=16 copy on a GPU; prints the command that fixes what is missing."""
     dist = (args.dist or doctor.default_dist(ctx.root)).resolve()
     report = doctor.doctor(ctx.manifest, args.python, dist, not args.no_live, args.site)
     print("\n".join(wording.doctor_lines(report)))

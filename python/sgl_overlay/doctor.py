@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import Version
@@ -15,11 +15,7 @@ from sgl_overlay.manifest import Kind, Manifest, Target
 from sgl_overlay.series import Series
 from sgl_overlay.wheels import no_wheel_fits, patched_wheel_name, shipped_changes, wheel_for_python, wheel_path_of
 
-KERNEL_DISTS = ("sglang-kernel", "sgl-kernel")
-EXT_DIST = "sgl-kernel-ext"
-EXT_MODULE = "sgl_kernel_ext"
-EXT_FAST_PATH = Version("0.2.0")  # first sgl_kernel_ext with the runner's list entry point
-KERNEL_NAMES = (*KERNEL_DISTS, EXT_DIST)  # every kernel distribution doctor looks for
+KERNEL_NAMES = ("sglang-kernel", "sgl-kernel")  # every kernel distribution doctor looks for
 
 # Runs inside the inspected interpreter: standard library only.
 _PROBE = r"""
@@ -33,7 +29,6 @@ for name in names:
         continue
     dists[name] = {"version": d.version, "root": str(d.locate_file(""))}
     dists[name]["requires"] = d.requires or []
-plugins = [[ep.name, ep.value] for ep in md.entry_points(group="sglang.srt.plugins")]
 try:
     torch_version = md.version("torch")
 except md.PackageNotFoundError:
@@ -59,29 +54,19 @@ if spec is not None and spec.submodule_search_locations:
         owners = sorted({d.metadata["Name"] for d in md.distributions()
                          if any(f.parts[:2] == ("sgl_kernel", "__init__.py") for f in d.files or ())})
     kernel = {"where": where, "version": version, "owners": owners}
-ext = None  # loading the extension needs torch and its CUDA libraries, not a GPU
-if "sgl-kernel-ext" in dists and torch_version is not None:
-    try:
-        import sgl_kernel_ext
-        ext = {"loaded": sgl_kernel_ext.ensure_loaded(), "list_entry_point": hasattr(sgl_kernel_ext, "list_entry_point")}
-    except Exception as exc:
-        ext = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
-live = None
-if "--live" in names and "sgl-kernel-ext" in dists:
+live = None  # the installed DeepGEMM runner's copy_list_to_gpu_no_ce at N = 16, on a GPU
+if "--live" in names and ("sglang" in dists or "sglang-kt" in dists):
     try:
         import torch
         if torch.cuda.is_available():
-            import sgl_kernel_ext
-            src = torch.arange(16, dtype=torch.int32) * 7 - 3
-            dst = torch.empty(16, dtype=torch.int32, device="cuda")
-            sgl_kernel_ext.copy_to_gpu_no_ce(src, dst)
-            fast = sgl_kernel_ext.copy_list_to_gpu_no_ce(src.tolist())
-            torch.cuda.synchronize()
-            live = bool(torch.equal(dst.cpu(), src) and torch.equal(fast.cpu(), src))
+            from sglang.srt.layers.moe.moe_runner.deep_gemm import copy_list_to_gpu_no_ce
+            counts = [i * 7 - 3 for i in range(16)]
+            out = copy_list_to_gpu_no_ce(counts)
+            live = out.cpu().tolist() == counts and out.dtype == torch.int32 and out.is_contiguous()
     except Exception as exc:
-        live = f"{type(exc).__name__}: {exc}"
-print(json.dumps({"dists": dists, "plugins": plugins, "live": live, "python": sys.executable,
-                  "version": list(sys.version_info[:2]), "torch": torch_version, "kernel": kernel, "ext": ext}))
+        live = f"{type(exc).__name__}: {exc}".splitlines()[0]
+print(json.dumps({"dists": dists, "live": live, "python": sys.executable,
+                  "version": list(sys.version_info[:2]), "torch": torch_version, "kernel": kernel}))
 """
 
 
@@ -142,101 +127,37 @@ def check_python_target(
     return findings
 
 
-def _ext_build(torch: str) -> str:
-    return f"build sgl_kernel_ext against torch {torch}: scripts/build_ext_torch.sh (sgl_kernel_ext/README.md)"
-
-
-def _ext_install(dist_dir: Path, torch: str | None) -> str:
-    """How to install the sgl_kernel_ext built for this torch: the wheel in dist_dir that requires it
-    (pip would replace torch to satisfy another's pin), else how to build one."""
-    if torch is None:
-        return f"pip install {dist_dir}/sgl_kernel_ext-*.whl"
-    wheel = routes.ext_wheel_for(dist_dir, torch)
-    if wheel is None:
-        return _ext_build(torch)
-    if wheel.path.parent == dist_dir:
-        return f"pip install {wheel.path}"
-    return f'pip install --no-index --find-links {wheel.path.parent} "{EXT_DIST}=={wheel.version}"'
-
-
-def _ext_findings(data: dict, fix: str, pin: str | None) -> list[Finding]:
-    """sgl_kernel_ext installed, and loading with this environment's torch (what it was built for); the
-    load is not checked where no torch is installed (nothing can serve there; an image's stand-in)."""
-    dists = data["dists"]
-    findings = [
-        Finding("sgl-kernel", f"{EXT_DIST} installed (copy_to_gpu_no_ce for any N <= 512)", EXT_DIST in dists, fix)
-    ]
-    torch = data.get("torch")
-    if EXT_DIST not in dists or torch is None:
-        return findings
-    built_for = routes.torch_pin(dists[EXT_DIST].get("requires"))
-    ext = data.get("ext") or {}
-    what = f"{EXT_DIST} {dists[EXT_DIST]['version']} (built for torch{built_for or ' of any version'}) loads with torch {torch}"
-    ok = "error" not in ext and routes.pin_allows(built_for, torch)
-    rebuild = _ext_build(torch)
-    if pin is not None and not routes.pin_allows(pin, torch):
-        rebuild += f"; the serving stack pins torch{pin}"
-    findings.append(Finding("sgl-kernel", what, ok, f"{ext['error']}; {rebuild}" if "error" in ext else rebuild))
-    return findings
-
-
-def _lengths_finding(data: dict, covered: bool, fix: str) -> Finding | None:
-    """Can the installed sgl-kernel's own copy_to_gpu_no_ce raise `unexpected N`? ok when the route sends
-    those copies to sgl_kernel_ext."""
+def check_kernel(data: dict, runner: Finding | None = None) -> list[Finding]:
+    """The installed sgl_kernel's copy_to_gpu_no_ce: which N it has, and whether the installed DeepGEMM
+    runner (`runner`: its caller patch in, or not) sends only lengths it has; the live copy on a GPU."""
     kernel = data.get("kernel")
-    if kernel is None:
-        return None
+    if kernel is None and not any(name in data["dists"] for name in KERNEL_NAMES):
+        return []
+    kernel = kernel or {"version": None, "owners": []}
     owner = f" (in {', '.join(kernel['owners'])})" if kernel["owners"] else ""
     name = f"sgl_kernel {kernel['version'] or '(no version file)'}{owner}"
     lengths = routes.kernel_lengths(kernel["version"])
     if lengths is None:
-        what = f"{name}: which N its copy_to_gpu_no_ce has is not known here; stock kernels raise `unexpected N`"
+        what = f"{name}: which N its copy_to_gpu_no_ce has is not known here"
     else:
         what = f"{name}: copy_to_gpu_no_ce has N = {', '.join(map(str, lengths))} only, others raise `unexpected N`"
-    return Finding("sgl-kernel", what + ("; the route sends them to sgl_kernel_ext" if covered else ""), covered, fix)
-
-
-def check_kernel(
-    data: dict, dist_dir: Path, route: routes.Route | None = None, runner: Finding | None = None
-) -> list[Finding]:
-    """The kernel fix on the route the environment takes: the plugin entry point (sglang with
-    sglang.srt.plugins), or the DeepGEMM runner patched to call sgl_kernel_ext (sglang-kt, `runner`)."""
-    dists = data["dists"]
-    if not any(name in dists for name in KERNEL_NAMES) and data.get("kernel") is None:
-        return []
-    way = route.way if route is not None else routes.Way.PLUGIN
-    fix = _ext_install(dist_dir, data.get("torch"))
-    findings = _ext_findings(data, fix, route.torch_pin if route else None)
-    if way == routes.Way.PLUGIN:
-        wired = any(ep[1].startswith(EXT_MODULE) for ep in data["plugins"])
-        findings.append(Finding("sgl-kernel", "wired into sglang through a sglang.srt.plugins entry point", wired, fix))
-    elif way == routes.Way.RUNNER and runner is not None:
-        findings.append(runner)
-    elif way == routes.Way.NONE:
-        why = "no sglang.srt.plugins and not the KT fork: no way in for sgl_kernel_ext"
-        rebuild = "rebuild sgl-kernel from a checkout with the kernel patch in (`sgl-overlay apply -t sgl-kernel`)"
-        findings.append(Finding("sgl-kernel", why, False, rebuild))
-    if EXT_DIST in dists:
-        what = "fast caller path: the DeepGEMM runner's count list read in C++, one launch " + (
-            "(sgl_kernel_ext.list_entry_point, which the runner calls)"
-            if way == routes.Way.RUNNER
-            else "(plugin hooks on copy_list_to_gpu_no_ce / copy_list_to_gpu)"
-        )
-        findings.append(Finding("sgl-kernel", what, Version(dists[EXT_DIST]["version"]) >= EXT_FAST_PATH, fix))
+    sent = ", ".join(map(str, routes.RUNNER_LENGTHS))
+    covered = runner is not None and runner.ok and (lengths is None or set(routes.RUNNER_LENGTHS) <= set(lengths))
+    fix = runner.fix if runner is not None else "install the patched sglang or sglang-kt wheel (its DeepGEMM runner)"
+    findings = [Finding("sgl-kernel", f"{what}; the patched DeepGEMM runner sends N = {sent} only", covered, fix)]
     if data["live"] is not None:
-        what = "live N=16 copy on the GPU (tensor op and list entry point)"
+        what = "live N=16 copy on the GPU through the installed DeepGEMM runner"
         findings.append(Finding("sgl-kernel", what, data["live"] is True, f"{data['live']}; reinstall: {fix}"))
-    lengths = _lengths_finding(data, way != routes.Way.NONE and all(f.ok for f in findings), fix)
-    return findings + ([lengths] if lengths else [])
+    return findings
 
 
 def runner_finding(manifest: Manifest, series: Series, info: dict, dist_dir: Path, python: tuple[int, int]) -> Finding:
-    """Is the installed DeepGEMM runner the one the series ships (it calls sgl_kernel_ext when installed)?"""
+    """Is the installed DeepGEMM runner the one the series ships (it sends the counts in 64 or 72)?"""
     target = series.target
     final = shipped_changes(series).get(routes.RUNNER)
     names = [p.subject for p in series.patches if routes.RUNNER in map(lambda t: wheel_path_of(target, t), p.touched())]
     ok = final is not None and gitutil.file_blob(Path(info["root"]) / routes.RUNNER) == final
-    what = f"wired into the DeepGEMM runner ({routes.RUNNER}) by {target.name}'s runner patch"
+    what = f"the DeepGEMM runner ({routes.RUNNER}) from {target.name}'s caller patch"
     if names:
         what += f" ({names[-1]})"
     return Finding("sgl-kernel", what, ok, wheel_fix(manifest, target, dist_dir, python)[0])
@@ -250,7 +171,6 @@ class DoctorReport:
     installed: list[tuple[str, str, str | None]]  # (distribution, version, where: None for the kernel's)
     findings: list[Finding]
     kernel_unchecked: tuple[str, ...] = ()  # the kernel distributions looked for, when none is installed
-    routes: list[routes.Route] = field(default_factory=list)  # how the kernel fix reaches each sglang installed
 
     @property
     def ok(self) -> bool:
@@ -267,7 +187,6 @@ def doctor(
     version = tuple(data["version"])
     installed: list[tuple[str, str, str | None]] = []
     findings: list[Finding] = []
-    found_routes: list[routes.Route] = []
     runner = None
     for target in wheel_targets:
         info = data["dists"].get(target.dist_name)
@@ -275,11 +194,10 @@ def doctor(
             installed.append((target.dist_name, info["version"], info["root"]))
             series = Series.read(target)
             findings += check_python_target(manifest, series, info, dist_dir, version)
-            found_routes.append(routes.route_of(target.dist_name, info, data.get("torch")))
-            if found_routes[-1].way == routes.Way.RUNNER:
+            if runner is None:
                 runner = runner_finding(manifest, series, info, dist_dir, version)
     installed += [(k, data["dists"][k]["version"], None) for k in KERNEL_NAMES if k in data["dists"]]
-    findings += check_kernel(data, dist_dir, found_routes[0] if found_routes else None, runner)
+    findings += check_kernel(data, runner)
     kernel_found = any(k in data["dists"] for k in KERNEL_NAMES) or data.get("kernel") is not None
     unchecked = () if kernel_found else KERNEL_NAMES
-    return DoctorReport(data["python"], installed, findings, tuple(unchecked), found_routes)
+    return DoctorReport(data["python"], installed, findings, tuple(unchecked))

@@ -31,7 +31,6 @@ if TYPE_CHECKING:
         StatusReport,
     )
     from sgl_overlay.prs import PullRequest
-    from sgl_overlay.routes import Route
     from sgl_overlay.series import Patch
     from sgl_overlay.transaction import Aborted, AmStop, Leftover
     from sgl_overlay.tree import LaidOut, PreimageMismatch
@@ -160,11 +159,12 @@ def doctor_lines(r: DoctorReport) -> list[str]:
     lines = [f"environment: {r.python}"] + [
         f"{d} {v}" if root is None else f"{d} {v} at {root}" for d, v, root in r.installed
     ]
-    lines += [route_line(route) for route in r.routes]
     if not r.findings:
         return lines + ["no sglang, sglang-kt or sgl-kernel installed here; pass --python of the serving env"]
     if r.kernel_unchecked:
-        lines.append(f"no {' or '.join(r.kernel_unchecked)} installed here: the kernel fix is not checked")
+        lines.append(
+            f"no {' or '.join(r.kernel_unchecked)} installed here: its copy_to_gpu_no_ce lengths are not checked"
+        )
     shown: set[str] = set()  # one fix often mends several findings: print it once, under the first
     for f in r.findings:
         lines.append(f"  [{'ok' if f.ok else 'MISSING'}] {f.target}: {f.what}")
@@ -172,17 +172,6 @@ def doctor_lines(r: DoctorReport) -> list[str]:
             lines.append(f"      fix: {f.fix}" if f.fix not in shown else "      fix: the one above")
             shown.add(f.fix)
     return lines
-
-
-def route_line(r: Route) -> str:
-    """How the kernel fix reaches one installed sglang, with the torch it pins and the one installed."""
-    torch = f"torch {r.torch or 'not installed'}" + (f", {r.dist} pins torch{r.torch_pin}" if r.torch_pin else "")
-    how = {
-        "plugin": "has sglang.srt.plugins: sgl_kernel_ext's entry point replaces sgl-kernel's copy_to_gpu_no_ce",
-        "runner": "has no sglang.srt.plugins: its DeepGEMM runner calls sgl_kernel_ext once its runner patch is in",
-        "none": "has no sglang.srt.plugins and is not the KT fork: only sgl-kernel rebuilt with the kernel patch",
-    }[r.way.value]
-    return f"route: {r.dist} {r.version} {how} ({torch})"
 
 
 def laid_out(t: LaidOut) -> str:

@@ -16,16 +16,10 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-EXT_DIR = REPO_ROOT / "sgl_kernel_ext"
 TARGET_NAME = "sgl-kernel"
 COPY_CU = "sgl-kernel/csrc/elementwise/copy.cu"
 TEST_COPY = "sgl-kernel/tests/test_copy.py"
-# where sgl-kernel declares, registers and exposes its ops
-OPS_H = "sgl-kernel/include/sgl_kernel_ops.h"
-COMMON_EXTENSION = "sgl-kernel/csrc/common_extension.cc"
-ELEMENTWISE_PY = "sgl-kernel/python/sgl_kernel/elementwise.py"
-INIT_PY = "sgl-kernel/python/sgl_kernel/__init__.py"
-SERIES_FILES = {COPY_CU, TEST_COPY, OPS_H, COMMON_EXTENSION, ELEMENTWISE_PY, INIT_PY}
+SERIES_FILES = {COPY_CU, TEST_COPY}
 REVS = {"old": "upstream", "new": "HEAD"}
 
 if str(REPO_ROOT / "python") not in sys.path:
@@ -66,13 +60,3 @@ def write_tree(dest: Path, side: str) -> Path:
     from helpers import export_tree
 
     return export_tree(TARGET_NAME, dest, REVS[side])
-
-
-def import_ext():
-    """Import sgl_kernel_ext: an installed copy first (it has the prebuilt _C), else the
-    source tree, appended to the path (it then needs load_jit()). A regular package wins
-    over the repo's top-level sgl_kernel_ext/ directory, a namespace package."""
-    sys.path.append(str(EXT_DIR / "python"))
-    import sgl_kernel_ext
-
-    return sgl_kernel_ext

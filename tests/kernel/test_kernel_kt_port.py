@@ -1,6 +1,6 @@
 """The port of sgl-kernel 0001 to the KT fork's own sgl-kernel (target sgl-kernel-kt, kvcache-ai/sglang):
 its pre-image is the fork's copy.cu with kernels for N = 64 and 72 only, its post-image is the copy.cu
-sgl-kernel 0001 gives upstream (so sgl_kernel_ext's build and GPU tests cover the same kernel code), and
+sgl-kernel 0001 gives upstream (so the GPU tests of the post-image cover the fork's kernel code too), and
 nvcc compiles it against this venv's torch with the exact kernels for 16/32/64/72 and the one fallback.
 
 Reads the laid-out trees (`sgl-overlay fetch && sgl-overlay apply`). The compile is one architecture
@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import kernel_patch as kp
@@ -45,10 +44,9 @@ def test_preimages_are_the_forks_and_the_buggy_kernel():
 
 
 def test_post_image_is_what_sgl_kernel_0001_gives_upstream():
-    """The fork's copy.cu after the port is byte for byte upstream's after sgl-kernel 0001 (before
-    0002's list op), and the test file is upstream's after 0001 with the fork's own `__main__` tail."""
-    upstream = MANIFEST.get("sgl-kernel")
-    first = f"HEAD~{len(upstream.patches) - 1}"  # sgl-kernel's tree after its 0001
+    """The fork's copy.cu after the port is byte for byte upstream's after sgl-kernel 0001, and the test file is upstream's after 0001 with the fork's own `__main__` tail."""
+    first = "HEAD"  # sgl-kernel's tree after its 0001, the one patch of its series
+    assert MANIFEST.get("sgl-kernel").patches == TARGET.patches
     assert _show("sgl-kernel-kt", "HEAD", COPY_CU) == _show("sgl-kernel", first, COPY_CU)
     test = "sgl-kernel/tests/test_copy.py"
     ours, theirs = _show("sgl-kernel-kt", "HEAD", test).decode(), _show("sgl-kernel", first, test).decode()
@@ -62,9 +60,7 @@ def _nvcc_flags() -> list[str]:
     """What torch.utils.cpp_extension gives nvcc for this torch (includes, ABI, C++ standard)."""
     import torch
     import torch.utils.cpp_extension as cpp_extension
-
-    sys.path.append(str(REPO_ROOT / "sgl_kernel_ext" / "python"))
-    from sgl_kernel_ext._build import extra_include_dirs, find_cuda_home
+    from copy_ext import extra_include_dirs, find_cuda_home
 
     includes = cpp_extension.include_paths(device_type="cuda") + extra_include_dirs(find_cuda_home())
     abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"

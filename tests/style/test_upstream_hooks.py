@@ -2,7 +2,7 @@
 
 sgl-project/sglang's `.pre-commit-config.yaml` runs isort 5.13.2 (`.isort.cfg`: profile black,
 first party `sglang`), black 24.10.0, clang-format 18.1.8 (`--style=file`; sgl-kernel's
-`.clang-format`, which `sgl_kernel_ext/csrc/.clang-format` keeps) and codespell 2.4.1 with its
+`.clang-format`, which `tests/kernel/sgl-kernel.clang-format` keeps) and codespell 2.4.1 with its
 ignore list. Upstream's own files do not all pass them (the pinned `fused_moe_triton/layer.py` and
 `deep_gemm.py` fail isort), so a patch is held to what it adds: for each added or modified file of
 each tree, a fix a formatter would make to the post-image (`HEAD`) and not to the pre-image
@@ -26,7 +26,7 @@ import pytest
 from helpers import REPO_ROOT, TREES
 
 TARGETS = ("sglang", "sglang-kt", "sgl-kernel", "sgl-kernel-kt")
-CLANG_FORMAT_STYLE = REPO_ROOT / "sgl_kernel_ext" / "csrc" / ".clang-format"
+CLANG_FORMAT_STYLE = REPO_ROOT / "tests" / "kernel" / "sgl-kernel.clang-format"
 CXX_SUFFIXES = {".cu", ".cuh", ".cc", ".cpp", ".h", ".hpp"}
 # codespell's `-L` from upstream's hook plus `[tool.codespell] ignore-words-list` of python/pyproject.toml
 CODESPELL_IGNORE = "cann,thi,makro,wil,rouge,PRIS,ans,als,hel,boostrap,childs,te,vas,hsa,ment"

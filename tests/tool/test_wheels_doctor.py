@@ -245,7 +245,7 @@ def test_every_pinned_wheel_gets_the_same_post_images(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     fix = f"fix: pip install --no-deps --force-reinstall {tmp_path / 'dist'}/sglang-1.0+overlay.1-{NATIVE}-none-any.whl"
     assert proc.stdout.count(fix) == 1 and proc.stdout.count("fix: the one above") == 1, proc.stdout  # printed once
-    assert "installed here: the kernel fix is not checked" in proc.stdout, proc.stdout
+    assert "installed here: its copy_to_gpu_no_ce lengths are not checked" in proc.stdout, proc.stdout
 
 
 def test_twin_wheel_with_another_preimage_is_refused(tmp_path: Path) -> None:

@@ -186,10 +186,10 @@ def test_doctor_lines():
         "  [ok] sglang: fix c",
     ]
     assert not report.ok
-    alone = DoctorReport("/p", [], [Finding("sglang", "fix c", True, "")], ("sgl-kernel", "sgl-kernel-ext"))
+    alone = DoctorReport("/p", [], [Finding("sglang", "fix c", True, "")], ("sglang-kernel", "sgl-kernel"))
     assert alone.ok
     assert wording.doctor_lines(alone)[1] == (
-        "no sgl-kernel or sgl-kernel-ext installed here: the kernel fix is not checked"
+        "no sglang-kernel or sgl-kernel installed here: its copy_to_gpu_no_ce lengths are not checked"
     )
     empty = DoctorReport("/p", [], [], ("sgl-kernel",))
     assert not empty.ok
