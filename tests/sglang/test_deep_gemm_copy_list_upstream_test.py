@@ -1,4 +1,4 @@
-"""The unit test carried inside patches/sglang/0005 (DeepGEMM runner: per-expert
+"""The unit test carried inside patches/sglang/0004 (DeepGEMM runner: per-expert
 counts to the GPU in one launch) passes from the patched tree and fails against the
 stock sglang package. Stand-in inside that test: ``sgl_kernel`` (a CUDA library);
 its GPU case skips here.
