@@ -76,7 +76,8 @@ def test_k_passes_give_the_one_pass_output(one_rank, path):
 
 
 def test_one_warning_per_process(one_rank):
-    assert one_rank["patched"]["warnings"] == [
+    """Of everything sglang logged at WARNING, one line about the cap, over ten calls."""
+    assert [line for line in one_rank["patched"]["warnings"] if CAP_ENV in line] == [
         f"MegaMoE: {ROWS} rows on the busiest EP rank exceed {CAP_ENV}=39; running the "
         f"routed experts in 2 passes. Set {CAP_ENV}={ROWS} to run them in one pass. "
         "Logged once per process."

@@ -66,7 +66,9 @@ def cases():
     out = []
     for name, (arch, args, decode_max_bs, rows) in TABLE.items():
         for cap in caps(rows):
-            out.append({"name": f"{name}@{cap}", "arch": arch, "cap": cap, "args": args, "decode_max_bs": decode_max_bs})
+            out.append(
+                {"name": f"{name}@{cap}", "arch": arch, "cap": cap, "args": args, "decode_max_bs": decode_max_bs}
+            )
     return out
 
 

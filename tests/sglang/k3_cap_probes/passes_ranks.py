@@ -47,8 +47,8 @@ import torch  # noqa: E402
 from mega_moe_standin import StandIn, batch, expected, k3_moe, shared_forward  # noqa: E402
 from sglang.srt.environ import envs  # noqa: E402
 from sglang.srt.layers import dp_attention  # noqa: E402
-from sglang.srt.layers.moe.utils import MoeA2ABackend, get_moe_a2a_backend  # noqa: E402
 from sglang.srt.layers.moe import mega_moe  # noqa: E402
+from sglang.srt.layers.moe.utils import MoeA2ABackend, get_moe_a2a_backend  # noqa: E402
 from sglang.srt.runtime_context import get_flags, get_parallel  # noqa: E402
 
 WORLD = 4
