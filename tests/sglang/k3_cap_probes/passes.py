@@ -22,6 +22,7 @@ warnings.filterwarnings("ignore")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
+from log_lines import WarningLines  # noqa: E402
 from mega_moe_standin import StandIn, batch, expected, k3_moe, shared_forward  # noqa: E402
 from sglang.srt.environ import envs  # noqa: E402
 from sglang.srt.runtime_context import get_parallel  # noqa: E402
@@ -36,15 +37,6 @@ ONE_RANK = dict(
     moe_ep_size=1,
     moe_ep_group=SimpleNamespace(device_group=None, cpu_group=None),
 )
-
-
-class _Lines(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.lines = []
-
-    def emit(self, record):
-        self.lines.append(record.getMessage())
 
 
 def run(forward, rows: int, cap: int) -> dict:
@@ -68,7 +60,7 @@ def run(forward, rows: int, cap: int) -> dict:
 
 
 def main():
-    lines = _Lines()
+    lines = WarningLines()
     logging.getLogger("sglang").addHandler(lines)
     moe = k3_moe(routed_scaling=SCALE)
     paths = {"shared": lambda x, topk: shared_forward(x, topk, SCALE), "k3": moe._forward_mega_experts}

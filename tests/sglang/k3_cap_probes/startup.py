@@ -26,6 +26,7 @@ from types import SimpleNamespace
 
 warnings.filterwarnings("ignore")
 
+from log_lines import WarningLines  # noqa: E402
 from sglang.srt.arg_groups import mega_moe_hook  # noqa: E402
 from sglang.srt.arg_groups.cuda_graph_hook import (  # noqa: E402
     apply_cuda_graph_disaggregation_roles,
@@ -44,15 +45,6 @@ from sglang.srt.runtime_context import get_parallel  # noqa: E402
 from sglang.srt.server_args import ServerArgs  # noqa: E402
 
 CAP_ENV = "SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK"
-
-
-class _Lines(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.lines = []
-
-    def emit(self, record):
-        self.lines.append(record.getMessage())
 
 
 def server_args_for(case):
@@ -88,7 +80,7 @@ def run_case(case, rows):
     server_args = server_args_for(case)
     cfg = resolving_view(server_args)
     os.environ[CAP_ENV] = str(case["cap"])
-    lines = _Lines()
+    lines = WarningLines()
     logger = logging.getLogger(mega_moe_hook.__name__)
     logger.addHandler(lines)
     try:
