@@ -141,7 +141,9 @@ def test_every_rank_runs_the_same_passes(ranks):
 def test_local_counts_taken_as_global_hang_the_exchange(ranks):
     """Taking a single published count as every rank's (the rule the patch replaces):
     where MLP sync does not gather, ranks enter the fused exchange a different number
-    of times and wait for each other until the gloo timeout."""
+    of times. The stand-in's exchanges have one shape, so the extra ones pair with a
+    peer's next layer, and a rank is left waiting for peers that have finished: gloo
+    reports the closed connection, or its timeout."""
     res = ranks["trust-local"]
     first_local = next(i for i, (layout, *_) in enumerate(ranks["plan"]) if layout == "dp4_local")
     rows = ranks["plan"][first_local][3]
