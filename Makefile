@@ -5,7 +5,7 @@ SHELL := /bin/bash
 TOOL := .venv/bin/sgl-overlay
 PYTEST := -m pytest -q -p no:cacheprovider
 
-.PHONY: all venvs trees wheels wheels-only lint test test-tool test-style test-sglang test-sglang-kt test-kernel test-wheels test-launch test-image matrix pins k3-grid clean
+.PHONY: all venvs trees wheels wheels-only lint test test-tool test-style test-sglang test-sglang-kt test-kernel test-wheels test-launch test-image matrix pins clean
 
 all: trees wheels
 
@@ -65,14 +65,15 @@ test-kernel: venvs trees
 # (tests/wheels). Then, against the installed stock and patched wheels (the first pinned one: cp311 for
 # sglang) instead of the trees, the tests whose subject is the package as pip lays it out, imported from
 # there: each patch's own unit test (upstream's test/ layout, run with only the package on PYTHONPATH and
-# importing its sglang.test helpers from it), for sglang's K3 patches (test_k3_mega_moe_upstream_tests.py)
-# and 0005, the DeepGEMM runner's caller (test_deep_gemm_copy_list.py, whose probe also runs the installed
-# runner over the released kernels' length rules), for sglang-kt 0001 (test_kt_gpu_expert_remap.py's
-# upstream_unit_test cases) and 0002 (test_kt_deep_gemm_copy_list.py, likewise). The probe suites run on the trees only (test-sglang, test-sglang-kt): the K3
-# startup/runtime probes (test_k3_mega_moe_token_cap.py), the multi-pass probes (test_k3_mega_moe_passes.py),
-# the K3 grid and the KT remap probe (the rest of test_kt_gpu_expert_remap.py). They prove the patched
-# functions' behaviour on the post-image files, which tests/wheels proves the installed files are byte for
-# byte; rerun here they would add about 5 minutes and prove nothing new.
+# importing its sglang.test helpers from it), for sglang 0001-0003, the MegaMoE patches
+# (test_k3_mega_moe_upstream_tests.py), and 0004, the DeepGEMM runner's caller (test_deep_gemm_copy_list.py,
+# whose probe also runs the installed runner over the released kernels' length rules), for sglang-kt 0001
+# (test_kt_gpu_expert_remap.py's upstream_unit_test cases) and 0002 (test_kt_deep_gemm_copy_list.py,
+# likewise). The probe suites run on the trees only (test-sglang, test-sglang-kt): the K3 startup warning
+# probe (test_k3_mega_moe_token_cap.py), the multi-pass probes (test_k3_mega_moe_passes.py) and the KT remap
+# probe (the rest of test_kt_gpu_expert_remap.py). They prove the patched functions' behaviour on the
+# post-image files, which tests/wheels proves the installed files are byte for byte; rerun here they would
+# add minutes and prove nothing new.
 INSTALLED := $(CURDIR)/build/installed
 SGLANG_WHEEL_TESTS := tests/sglang/test_k3_mega_moe_upstream_tests.py tests/sglang/test_deep_gemm_copy_list.py
 KT_REMAP := tests/sglang_kt/test_kt_gpu_expert_remap.py
@@ -101,11 +102,6 @@ matrix: trees
 # Rewrite the manifest's pre-image lock from the series (after re-pinning or editing a patch).
 pins: $(TOOL)
 	$(TOOL) pins
-
-# The K3 / MegaMoE token-cap grid (test-sglang runs it too and checks the summary),
-# writing its summary into docs/k3-token-cap-grid.{md,json}.
-k3-grid: venvs trees
-	SGL_OVERLAY_K3_GRID_WRITE=1 .venvs/sglang/bin/python $(PYTEST) tests/sglang/test_k3_token_cap_grid.py
 
 clean:
 	rm -rf build dist

@@ -1,5 +1,6 @@
 """A reference MoE standing in for DeepGEMM MegaMoE around sglang's real
-``KimiK3MoE._forward_mega_experts``.
+``run_mega_routed_experts`` (layers/moe/mega_moe.py, the path every MegaMoE model
+without its own copy runs) and ``KimiK3MoE._forward_mega_experts``.
 
 Replaced, because they are native CUDA code that cannot run on a CPU: the
 ``deep_gemm`` module (``get_symm_buffer_for_mega_moe``, ``fp8_fp4_mega_moe``) and
@@ -12,8 +13,10 @@ call all-gathers the ranks' buffers, each rank applies its own experts to every
 rank's rows, and an all-reduce returns each rank its rows' sums, so a rank that
 enters it a different number of times than its peers waits for them.
 
-Everything else is sglang's own code: the module is ``KimiK3MoE`` made with
-``__new__`` and given only the attributes ``_forward_mega_experts`` reads.
+Everything else is sglang's own code: the K3 module is ``KimiK3MoE`` made with
+``__new__`` and given only the attributes ``_forward_mega_experts`` reads, the
+shared path's experts a namespace with the attributes ``run_mega_routed_experts``
+reads.
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ class StandIn:
         deep_gemm.fp8_fp4_mega_moe = self.fused_kernel
         sys.modules["deep_gemm"] = deep_gemm
         dsv4.mega_moe_pre_dispatch = self.pre_dispatch
+        mega_moe.mega_moe_pre_dispatch = self.pre_dispatch
 
     def pre_dispatch(self, x, topk_ids, topk_weights, buf_x, buf_x_sf, buf_idx, buf_w, **kwargs):
         rows = x.shape[0]
@@ -156,3 +160,27 @@ def batch(rows: int, seed: int):
 def expected(x, topk, scale: float) -> torch.Tensor:
     l1, l2 = expert_weights()
     return reference_moe(x, topk.topk_ids, topk.topk_weights.to(torch.float32), l1, l2) * scale
+
+
+def shared_forward(x, topk, routed_scaling: float = 2.5) -> torch.Tensor:
+    """sglang's shared run_mega_routed_experts over this rank's rows."""
+    from sglang.srt.layers.moe.mega_moe import run_mega_routed_experts
+
+    experts = SimpleNamespace(
+        num_experts=NUM_EXPERTS,
+        mega_l1_weights=object(),
+        mega_l2_weights=object(),
+        _mega_moe_nvfp4=False,
+        _mega_moe_w4a4=False,
+    )
+    return run_mega_routed_experts(
+        experts,
+        x,
+        topk.topk_ids,
+        topk.topk_weights,
+        hidden_size=HIDDEN,
+        intermediate_size=INTERMEDIATE,
+        top_k=TOP_K,
+        num_tokens=x.shape[0],
+        routed_scaling_factor=routed_scaling,
+    )

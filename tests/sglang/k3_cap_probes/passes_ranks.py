@@ -1,16 +1,20 @@
-"""Probe: sglang's real ``KimiK3MoE._forward_mega_experts`` on 4 EP ranks at once
-(processes forked after one import of sglang, joined over torch.distributed gloo);
-the fused MegaMoE kernel is the expert-parallel reference MoE of
-mega_moe_standin.py, a real all-gather + all-reduce on every launch.
+"""Probe: sglang's real MegaMoE layers on 4 EP ranks at once (processes forked after
+one import of sglang, joined over torch.distributed gloo); the fused MegaMoE kernel
+is the expert-parallel reference MoE of mega_moe_standin.py, a real all-gather +
+all-reduce on every launch. Each forward runs two MoE layers: Kimi K3's
+``_forward_mega_experts`` then the shared ``run_mega_routed_experts``.
 
-argv: modes, then the gloo timeout in seconds; a mode is "patched" (the tree's own
-pass count), "rank-local" (the pass count replaced by this rank's own rows: what a
-rank-local decision does) or "stock" (the tree as it is). Each round states a layout through sglang's
-``get_parallel().override`` and publishes the per-DP token counts through sglang's
-``set_dp_buffer_len`` as MLP sync does (padded to attention TP); each rank then
-holds the rows that layout gives it:
+argv: modes, then the gloo timeout in seconds; a mode is "patched" (the tree as it
+is), "trust-local" (the pass count taken from a single published DP count as if it
+were every rank's, what the rank-local rule does where MLP sync does not gather) or
+"stock". Each round states a layout through sglang's ``get_parallel().override``
+and publishes the per-DP token counts through sglang's ``set_dp_buffer_len`` as MLP
+sync does; each rank then holds the rows that layout gives it:
 
-- "dp4": attention DP 4, attention TP 1: each rank its DP rank's batch (some empty);
+- "dp4": attention DP 4, attention TP 1, counts gathered: each rank its DP rank's
+  batch (some empty, some over the cap);
+- "dp4_local": as dp4, but each rank publishes only its own count (MLP sync without
+  the gather: ``require_mlp_tp_gather()`` False);
 - "dp2_sp": attention DP 2, attention TP 2 (SP-MoE): half its DP rank's padded batch;
 - "tp4_sp": attention TP 4, no DP: a quarter of the batch padded to 4 (the DP counts
   left over from the previous round must not matter);
@@ -18,9 +22,10 @@ holds the rows that layout gives it:
   rows do not divide by 4 stays whole on every rank.
 
 Token counts come from one fixed seed, the same on every rank. Prints {"plan": [...],
-mode: {"ranks": {rank: {"rounds": [{"layout", "rows", "launches", "max_error",
-"max_ref", "out_rows"}], "error"}}, "hung": [ranks that sent nothing by the join
-deadline], "seconds"}}.
+mode: {"ranks": {rank: {"rounds": [{"layout", "rows", "layers": {"k3" | "shared":
+{"launches", "max_error", "max_ref", "out_rows"}}}], "row_reductions", "error"}},
+"hung": [ranks that sent nothing by the join deadline], "seconds"}};
+"row_reductions" counts the all-reduces on the EP group's CPU group.
 """
 
 import json
@@ -39,17 +44,17 @@ warnings.filterwarnings("ignore")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
-from mega_moe_standin import StandIn, batch, expected, k3_moe  # noqa: E402
+from mega_moe_standin import StandIn, batch, expected, k3_moe, shared_forward  # noqa: E402
 from sglang.srt.environ import envs  # noqa: E402
 from sglang.srt.layers import dp_attention  # noqa: E402
+from sglang.srt.layers.moe import mega_moe  # noqa: E402
 from sglang.srt.layers.moe.utils import MoeA2ABackend, get_moe_a2a_backend  # noqa: E402
-from sglang.srt.models import kimi_k3  # noqa: E402
 from sglang.srt.runtime_context import get_flags, get_parallel  # noqa: E402
 
 WORLD = 4
 CAP = 8
 ROUNDS = 3
-LAYOUTS = ("dp4", "dp2_sp", "tp4_sp", "tp4_unpadded")
+LAYOUTS = ("dp4", "dp4_local", "dp2_sp", "tp4_sp", "tp4_unpadded")
 
 
 def ceil_align(n: int, a: int) -> int:
@@ -62,10 +67,10 @@ def plan(seed: int = 0):
     rounds = []
     for _ in range(ROUNDS):
         for layout in LAYOUTS:
-            if layout == "dp4":
+            if layout in ("dp4", "dp4_local"):
                 counts = [rng.choice([0, rng.randint(1, 3 * CAP)]) for _ in range(WORLD)]
-                counts[rng.randrange(WORLD)] = 0
-                counts[rng.randrange(WORLD)] = rng.randint(CAP + 1, 3 * CAP)
+                empty, busy = rng.sample(range(WORLD), 2)
+                counts[empty], counts[busy] = 0, rng.randint(CAP + 1, 3 * CAP)
                 fields, rows = dict(attn_dp_size=4, attn_tp_size=1, attn_dp_enabled=True), counts
             elif layout == "dp2_sp":
                 counts = [ceil_align(rng.randint(0, 5 * CAP), 2) for _ in range(2)]
@@ -84,9 +89,30 @@ def plan(seed: int = 0):
     return rounds
 
 
+def trust_local_rows(num_tokens: int, sp_shards: int = 1) -> int:
+    """A single published DP count taken as every rank's (the rule "patched" replaces)."""
+    counts = dp_attention.get_dp_global_num_tokens()
+    if not get_parallel().attn_dp_enabled or not counts or len(counts) == 1:
+        return num_tokens
+    return -(-max(counts) // sp_shards)
+
+
+def run_layer(forward, standin, x, topk, scale):
+    standin.launches = []
+    y = forward(x, topk)
+    ref = expected(x, topk, scale)
+    rows = x.shape[0]
+    return {
+        "launches": standin.launches,
+        "max_error": (y.double() - ref).abs().max().item() if rows else 0.0,
+        "max_ref": ref.abs().max().item() if rows else 0.0,
+        "out_rows": y.shape[0],
+    }
+
+
 def run_rank(rank, port, mode, timeout, queue):
     torch.set_num_threads(1)
-    out = {"rounds": [], "error": None}
+    out = {"rounds": [], "row_reductions": 0, "error": None}
     try:
         torch.distributed.init_process_group(
             "gloo",
@@ -95,40 +121,43 @@ def run_rank(rank, port, mode, timeout, queue):
             world_size=WORLD,
             timeout=timedelta(seconds=timeout),
         )
-        if mode == "rank-local":
-            kimi_k3._mega_moe_max_rows_per_rank = lambda num_tokens: num_tokens
+        cpu_group = torch.distributed.new_group(backend="gloo", timeout=timedelta(seconds=timeout))
+        all_reduce = torch.distributed.all_reduce
+
+        def counted_all_reduce(tensor, *args, group=None, **kwargs):
+            out["row_reductions"] += group is cpu_group
+            return all_reduce(tensor, *args, group=group, **kwargs)
+
+        torch.distributed.all_reduce = counted_all_reduce
+        if mode == "trust-local":
+            mega_moe.mega_moe_max_rows = trust_local_rows
         get_flags().moe.a2a_backend = MoeA2ABackend.MEGAMOE
         assert get_moe_a2a_backend().is_megamoe()
         standin = StandIn(CAP, group=torch.distributed.group.WORLD)
         standin.install()
         envs.SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK.set(CAP)
         moe = k3_moe()
+        scale = moe.routed_scaling_factor
+        layers = {"k3": moe._forward_mega_experts, "shared": lambda x, t: shared_forward(x, t, scale)}
         for i, (layout, fields, counts, rows) in enumerate(plan()):
             if counts is not None:
-                dp_attention.set_dp_buffer_len(sum(counts), counts[rank // fields["attn_tp_size"]], False, counts)
+                dp_rank = rank // fields["attn_tp_size"]
+                published = [counts[dp_rank]] if layout == "dp4_local" else list(counts)
+                dp_attention.set_dp_buffer_len(sum(published), counts[dp_rank], False, published)
             a = fields["attn_tp_size"]
             with get_parallel().override(
                 tp_size=WORLD,
                 attn_cp_size=1,
                 moe_ep_size=WORLD,
-                moe_ep_group=SimpleNamespace(device_group=None),
+                moe_ep_group=SimpleNamespace(device_group=None, cpu_group=cpu_group),
                 attn_tp_group=SimpleNamespace(world_size=a),
                 **fields,
             ):
                 x, topk = batch(rows[rank], seed=1000 * i + rank)
-                standin.launches = []
-                y = moe._forward_mega_experts(x, topk)
-            ref = expected(x, topk, moe.routed_scaling_factor)
-            out["rounds"].append(
-                {
-                    "layout": layout,
-                    "rows": rows[rank],
-                    "launches": standin.launches,
-                    "max_error": (y.double() - ref).abs().max().item() if rows[rank] else 0.0,
-                    "max_ref": ref.abs().max().item() if rows[rank] else 0.0,
-                    "out_rows": y.shape[0],
-                }
-            )
+                result = {"layout": layout, "rows": rows[rank], "layers": {}}
+                out["rounds"].append(result)
+                for name, forward in layers.items():
+                    result["layers"][name] = run_layer(forward, standin, x, topk, scale)
     except Exception as exc:  # noqa: BLE001 - reported to the test
         out["error"] = f"{type(exc).__name__}: {exc}"
         out["traceback"] = traceback.format_exc()[-2000:]
