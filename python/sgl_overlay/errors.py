@@ -83,6 +83,8 @@ class Why(Enum):
     CANNOT_JOURNAL = auto()
     BAD_JOURNAL = auto()
     FOREIGN_COMMITS = auto()
+    BRANCH_SINCE = auto()
+    FILES_SINCE = auto()
     INTERRUPTED = auto()
     # fetch, export, wheels, doctor, matrix
     DOWNLOAD_FAILED = auto()

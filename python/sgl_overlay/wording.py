@@ -207,7 +207,15 @@ def aborted(a: Aborted) -> str:
     if not a.head:
         return f"removed the stale lock {a.lock} of {who(a.run)}; nothing to roll back in {a.repo}"
     done = f"; it had done {', '.join(a.done)}" if a.done else ""
-    return f"rolled back the killed {who(a.run)} in {a.repo}: HEAD {a.head[:12]} again, as before it ran{done}"
+    left = [f"git's lock file(s) {', '.join(p.name for p in a.locks)}"] if a.locks else []
+    left += [f"its process(es) {', '.join(map(str, a.ended))}"] if a.ended else []
+    removed = f"; removed what it left: {' and '.join(left)}" if left else ""
+    return f"rolled back the killed {who(a.run)} in {a.repo}: HEAD {a.head[:12]} again, as before it ran{done}{removed}"
+
+
+def after_completion(command: str, signum: int) -> str:
+    """A signal that came once the change had completed: the run ends with the change standing."""
+    return f"sgl-overlay: signal {signum} came after {command} had completed; the change stands as reported above"
 
 
 def verified(target: str, patches: int) -> str:
@@ -319,6 +327,19 @@ def preimage_mismatch(m: PreimageMismatch) -> str:
     if m.found is None:
         return f"missing file {m.path} (expected blob {m.expected})"
     return f"{m.path}: expected blob {m.expected}, found {m.found}"
+
+
+def _ref(ref: str | None, short: bool = False) -> str:
+    """A branch (refs/heads/x), a commit, or None (a detached HEAD), as a line names it."""
+    if ref is None:
+        return "a detached HEAD"
+    if ref.startswith("refs/heads/"):
+        return ref.removeprefix("refs/heads/") if short else f"branch {ref.removeprefix('refs/heads/')}"
+    return ref[:12] if short else f"commit {ref[:12]}"
+
+
+def _some(files: list[str]) -> str:
+    return ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
 
 
 def _abort(repo: Path) -> str:
@@ -566,6 +587,16 @@ ERRORS: dict[Why, Callable[..., str]] = {
     Why.FOREIGN_COMMITS: lambda repo, run, first, journal, lock, head: (
         f"{repo} has commits the killed {who(run)} did not make (first: {first[:60]}); to keep them, "
         f"`rm {journal} {lock}`; to drop them, `git reset --hard {head[:12]}` there, then abort again"
+    ),
+    Why.BRANCH_SINCE: lambda repo, run, now, was, journal, lock, head: (
+        f"{repo} is on {_ref(now)} now, the killed {who(run)} changed {_ref(was)}: nothing was rolled back; "
+        f"to roll it back, `git checkout {_ref(was, short=True) if was else '--detach ' + head[:12]}` there (commit or stash your changes first), then "
+        f"abort again; to keep everything as it is, `rm {journal} {lock}`"
+    ),
+    Why.FILES_SINCE: lambda repo, run, files, journal, lock, head: (
+        f"{repo}: {_some(files)} changed since the killed {who(run)}, which wrote {'it' if len(files) == 1 else 'them'} "
+        "too: nothing was rolled back; to keep your version, copy it aside; then `git checkout HEAD -- "
+        f"{' '.join(files)}` there and abort again"
     ),
     Why.INTERRUPTED: lambda command, repo, head: (
         f"interrupted: {command} rolled back, {repo} is as before (HEAD {head[:12]})"
