@@ -67,6 +67,7 @@ class Checkout:
     optional: dict[str, Aside] = field(default_factory=dict)
     placements: dict[str, Placement] = field(default_factory=dict)
     series: dict[str, Series] = field(default_factory=dict)  # each target's patches, read once
+    others: tuple[Target, ...] = ()  # targets found here that `-t` left out (their commits are not these targets')
 
     def placement(self, name: str) -> Placement:
         return self.placements.get(name, SAME_PLACE)
@@ -138,8 +139,10 @@ def detect(path: Path, manifest: Manifest, only: list[str] | None = None) -> Che
         found, optional, placements = [manifest.get(marked)], {}, {}
     else:
         found, optional, placements = _found(repo, manifest)
+    others: list[Target] = []
     if only:
         wanted = [manifest.get(n) for n in only]
+        others = [t for t in found if t not in wanted]
         missing = [t.name for t in wanted if t not in found]
         if missing and found:
             raise OverlayError(Why.NOT_THAT_TARGET, checkout=repo, missing=missing[0], found=[t.name for t in found])
@@ -152,8 +155,9 @@ def detect(path: Path, manifest: Manifest, only: list[str] | None = None) -> Che
         targets=tuple(found),
         laid_out=bool(marked),
         optional=optional,
-        placements={n: p for n, p in placements.items() if any(t.name == n for t in found)},
+        placements={n: p for n, p in placements.items() if any(t.name == n for t in [*found, *others])},
         series={t.name: Series.read(t) for t in found},
+        others=tuple(others),
     )
 
 

@@ -3,12 +3,12 @@ Exit codes: 0 ok, 1 failure, 2 usage, 130 interrupted."""
 
 from __future__ import annotations
 
-import argparse
-import os
-import signal
 import sys
 
 try:  # Ctrl-C while the modules load is one line too
+    import argparse
+    import os
+    import signal
     from collections.abc import Callable, Iterator
     from dataclasses import dataclass
     from pathlib import Path

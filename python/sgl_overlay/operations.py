@@ -11,10 +11,10 @@ from itertools import groupby
 from pathlib import Path
 
 from sgl_overlay import gitutil, subproc, transaction
-from sgl_overlay.checkout import Aside, Checkout, ensure_hooks_run, ensure_writable
+from sgl_overlay.checkout import Aside, Checkout, Placement, ensure_hooks_run, ensure_writable
 from sgl_overlay.errors import OverlayError, Why
 from sgl_overlay.manifest import Target
-from sgl_overlay.series import Patch
+from sgl_overlay.series import Patch, Series
 from sgl_overlay.states import BLOCKED, IN, PENDING, Content, PatchStatus, Standing, State, content_of, series_status
 from sgl_overlay.tree import PreimageMismatch, check_preimages
 
@@ -30,8 +30,18 @@ class Survey:
 def survey(co: Checkout, working_files: bool = False) -> Survey:
     """States of every target's series; `working_files` reads uncommitted files too (status)."""
     content = content_of(co.path, working_files)
-    rows = {t.name: series_status(co.path, co.series[t.name], content, co.placement(t.name)) for t in co.targets}
+    rows = {
+        t.name: series_status(co.path, co.series[t.name], content, co.placement(t.name), _rivals(co, t.name))
+        for t in co.targets
+    }
     return Survey(content, rows)
+
+
+def _rivals(co: Checkout, name: str) -> list[tuple[Patch, Placement]]:
+    """The patches of the checkout's other targets (those `-t` left out too), each with where its files sit: a
+    commit of one of them is never this target's, whatever subject they share."""
+    series = [co.series[t.name] for t in co.targets if t.name != name] + [Series.read(t) for t in co.others]
+    return [(p, co.placement(s.target.name)) for s in series for p in s.patches]
 
 
 @dataclass(frozen=True)
@@ -359,4 +369,7 @@ def _revert_failure(proc: subprocess.CompletedProcess, checkout: Path) -> Overla
         return OverlayError(Why.REVERT_CONFLICTS, checkout=checkout)
     if any(sign in text for sign in ("auto-detect", "tell me who you are", "empty ident")):
         return OverlayError(Why.REVERT_NO_IDENTITY, checkout=checkout)
-    return OverlayError(Why.REVERT_FAILED, checkout=checkout, reason=subproc.failure_reason(proc))
+    if "gpg failed to sign" in text:
+        return OverlayError(Why.REVERT_GPG, checkout=checkout)
+    errors = [ln.strip() for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("error:")]
+    return OverlayError(Why.REVERT_FAILED, checkout=checkout, reason=(errors or [subproc.failure_reason(proc)])[0])

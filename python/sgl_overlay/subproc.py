@@ -200,6 +200,9 @@ def _die_with_parent() -> Callable[[], None] | None:
 _PREEXEC = _die_with_parent()
 
 
+_NO_SPACE = os.strerror(28)  # ENOSPC: "No space left on device", as git and pip print it
+
+
 def failure_reason(proc: subprocess.CompletedProcess) -> str:
     """The line that says why a command failed: the last error line of stderr (pip's `ERROR:`, or
     the `× ` message of its diagnostics, which it follows with context and `note:` guesses), else
@@ -246,6 +249,8 @@ def run(
     except OSError as exc:
         raise OverlayError(Why.CANNOT_RUN, program=argv[0], what=what, reason=exc.strerror or str(exc)) from None
     checkpoint()
+    if proc.returncode != 0 and _NO_SPACE in (proc.stderr if isinstance(proc.stderr, str) else ""):
+        raise OverlayError(Why.NO_SPACE, what=what, reason=failure_reason(proc))  # whatever else it says
     if check and proc.returncode != 0:
         raise OverlayError(Why.FAILED, what=what, reason=failure_reason(proc))
     return proc
