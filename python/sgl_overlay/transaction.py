@@ -125,7 +125,8 @@ def locked(repo: Path, command: str) -> Iterator[None]:
     except OSError as exc:
         raise OverlayError(Why.CANNOT_LOCK, lock=lock, repo=repo, reason=exc.strerror) from None
     finally:
-        mine.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # (a read-only file system refuses even to unlink what is not there)
+            mine.unlink()
     try:
         dead = leftover(repo)  # we hold the lock: a journal here is a dead run's
         if dead:
