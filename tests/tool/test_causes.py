@@ -176,3 +176,26 @@ def test_doctor_knows_a_users_own_patched_build(tmp_path: Path) -> None:
             assert proc.returncode == 0 and "MISSING" not in proc.stdout, proc.stdout + proc.stderr
         else:
             assert proc.returncode == 1 and "[MISSING] sglang" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_wheels_checkout_of_the_kt_fork_names_its_version_variable(tmp_path: Path) -> None:
+    """The KT fork's python/setup.py takes the version from SGLANG_KT_VERSION (tags play no part): a build
+    without it (0.0.0.dev0) is refused naming that variable, not `git fetch --tags`."""
+    ov = make_overlay(tmp_path)
+    co = clone(ov.upstream, tmp_path / "co")
+    (co / "python/pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n\n'
+        '[project]\nname = "sglang"\ndynamic = ["version"]\n\n[tool.setuptools]\npackages = ["sglang"]\n'
+    )
+    (co / "python/setup.py").write_text(
+        'import os\n\nfrom setuptools import setup\n\nsetup(version=os.environ.get("SGLANG_KT_VERSION", "0.0.0.dev0"))\n'
+    )
+    (co / "python/sglang/__init__.py").write_text("")
+    git(co, "add", "-A")
+    git(co, "commit", "-qm", "packaging as the KT fork has it")
+    base = ["--patches", str(ov.patches)]
+    assert _run(*base, "apply", "--checkout", str(co)).returncode == 0
+    out = tmp_path / "dist"
+    line = _one_error(_run(*base, "wheels", "--checkout", str(co), "--out", str(out)))
+    assert "setup.py takes the version from $SGLANG_KT_VERSION, not from tags" in line, line
+    assert "git fetch --tags" not in line, line
