@@ -63,6 +63,7 @@ class Why(Enum):
     UNKNOWN_PROJECT = auto()
     GIT_BUSY = auto()
     DIRTY = auto()
+    SKIP_WORKTREE_EDITED = auto()
     COMMIT_MSG_HOOK = auto()
     # laying trees out
     REBUILT_PREIMAGE_DIFFERS = auto()

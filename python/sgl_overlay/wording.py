@@ -550,6 +550,10 @@ ERRORS: dict[Why, Callable[..., str]] = {
     Why.DIRTY: lambda checkout, count, first: (
         f"{checkout} has uncommitted changes in {count} file(s) (first: {first}); commit or stash them, then try again"
     ),
+    Why.SKIP_WORKTREE_EDITED: lambda checkout, file: (
+        f"{file} in {checkout} is edited but marked --skip-worktree, so git shows no change there and `git am` "
+        f"would stop on it; `git update-index --no-skip-worktree {file}`, commit or stash the edit, then try again"
+    ),
     Why.COMMIT_MSG_HOOK: lambda checkout, hook: (
         f"{checkout} has a commit-msg hook ({hook}) that `git am` does not run: the overlay's commits "
         f"would bypass it; to accept that, `chmod -x {hook}` for this apply and `chmod +x` it after"

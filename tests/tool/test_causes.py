@@ -199,3 +199,16 @@ def test_wheels_checkout_of_the_kt_fork_names_its_version_variable(tmp_path: Pat
     line = _one_error(_run(*base, "wheels", "--checkout", str(co), "--out", str(out)))
     assert "setup.py takes the version from $SGLANG_KT_VERSION, not from tags" in line, line
     assert "git fetch --tags" not in line, line
+
+
+def test_an_edit_hidden_by_skip_worktree_is_named(tmp_path: Path) -> None:
+    """A file marked --skip-worktree and edited: git shows no change, and `git am` would stop on it; apply names
+    the file and the flag before touching anything, the edit kept."""
+    ov = make_overlay(tmp_path)
+    co = clone(ov.upstream, tmp_path / "checkout")
+    git(co, "update-index", "--skip-worktree", "python/sglang/model.py")
+    write(co, "python/sglang/model.py", (co / "python/sglang/model.py").read_text().replace("line 20\n", "mine\n"))
+    before = snapshot(co)
+    line = _one_error(_run("--patches", str(ov.patches), "apply", "--checkout", str(co)))
+    assert line.startswith(f"python/sglang/model.py in {co} is edited but marked --skip-worktree"), line
+    assert snapshot(co) == before
