@@ -353,7 +353,8 @@ def _refuse_changes_since(repo: Path, info: dict, journal: Path, lock: Path) -> 
 def _git_locks(gd: Path, since: float) -> list[Path]:
     """git's lock files in `gd` (HEAD.lock, index.lock, refs/heads/*.lock, packed-refs.lock, ...) made since `since`."""
     found = []
-    for root, _dirs, files in os.walk(gd):
+    for root, dirs, files in os.walk(gd):
+        dirs[:] = [d for d in dirs if d != "objects"]  # (objects are written whole, never locked)
         for name in files:
             path = Path(root, name)
             if name.endswith(".lock") and name != LOCK:
