@@ -169,11 +169,9 @@ def ensure_writable(co: Checkout) -> None:
     dirty = gitutil.changed_files(co.path)
     if dirty:
         raise OverlayError(Why.DIRTY, checkout=co.path, count=len(dirty), first=dirty[0])
-    hidden = gitutil.git(co.path, "ls-files", "-v", "-s", "-z").stdout  # `S`: marked --skip-worktree
-    for entry in hidden.split("\0"):
-        meta, _, path = entry.partition("\t")
-        fields = meta.split()
-        if fields and fields[0] == "S" and gitutil.file_blob(co.path / path) not in (None, fields[2]):
+    listed = gitutil.git(co.path, "ls-files", "-v", "-z").stdout.split("\0")  # tag `S`: marked --skip-worktree
+    for path in (entry[2:] for entry in listed if entry.startswith("S ")):
+        if gitutil.file_blob(co.path / path) not in (None, gitutil.blob_at(co.path, "", path)):
             raise OverlayError(Why.SKIP_WORKTREE_EDITED, checkout=co.path, file=path)
 
 
