@@ -239,6 +239,8 @@ def _signal_trial(co: Path, base: list[str], out: Path, head: str, delay: float,
         # import while starting, though the tool caught it and said so)
         if applied:
             return "BAD: 130 over an applied tree"
+        if not lines:  # before Python set its own handler: the default action, nothing run
+            return "ended by it while starting"
         if len(lines) > 1 and lines[-1] == "KeyboardInterrupt" and "sgl_overlay" not in err:
             return "ended while Python started (its own traceback)"  # before any of the tool's code ran
         return "rolled back, 130" if len(lines) == 1 else f"BAD: 130 with more than one line: {err}"
@@ -262,9 +264,13 @@ def test_ctrl_c_and_sigterm_at_any_moment_are_never_lost(tmp_path: Path) -> None
     co = make_fork_checkout(ov, tmp_path / "fork")
     base = ["--patches", str(ov.patches)]
     head = git(co, "rev-parse", "HEAD")
-    start = time.monotonic()
-    assert _run(*base, "apply", "-t", "sglang-kt", "-t", "sgl-kernel", "--checkout", str(co)).returncode == 0
-    span = time.monotonic() - start  # how long one apply takes here: the moments cover it and a bit past
+    spans = []  # how long one apply takes here (the faster of two): the moments cover it and a bit past
+    for _ in range(2):
+        git(co, "reset", "-q", "--hard", head)
+        start = time.monotonic()
+        assert _run(*base, "apply", "-t", "sglang-kt", "-t", "sgl-kernel", "--checkout", str(co)).returncode == 0
+        spans.append(time.monotonic() - start)
+    span = min(spans)
     outcomes: dict[str, int] = {}
     git(co, "reset", "-q", "--hard", head)
     for i in range(TRIALS):
