@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from sgl_overlay.errors import Interrupted, OverlayError, Why
+from sgl_overlay.scratch import pid_alive
 
 RUN_ENV = "SGL_OVERLAY_RUN"  # "<pid>-<start time>" of the run that started the program
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -100,13 +101,7 @@ def runs(pid: object, started: object) -> bool:
     now = start_time(pid)
     if now is not None:
         return not isinstance(started, int) or now == started
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
+    return pid_alive(pid)
 
 
 def processes_of(run: str) -> list[int]:

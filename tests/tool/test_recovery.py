@@ -18,18 +18,13 @@ import pytest
 from synth import (
     KERNEL,
     KERNEL_CU,
-    KERNEL_TEST,
-    KERNEL_TEST_FIXED,
-    KERNEL_TEST_PY,
     KT_URL,
-    Overlay,
-    blob,
+    add_kernel_target,
     clone,
     git,
     make_fork_checkout,
     make_fork_overlay,
     make_overlay,
-    make_upstream,
     snapshot,
     write,
 )
@@ -289,33 +284,13 @@ def test_ctrl_c_and_sigterm_at_any_moment_are_never_lost(tmp_path: Path) -> None
 # ----------------------------------------------------------------------------- one subject, two targets
 
 
-def _add_kt_kernel_target(ov: Overlay, tmp: Path, fork_kernel: str) -> None:
-    """An `sgl-kernel-kt` target: the sgl-kernel patch ported to the fork's own copy.cu, under the same subject
-    (as the real port carries upstream's)."""
-    work = make_upstream(tmp / "kt-kernel-work", files={KERNEL: fork_kernel, KERNEL_TEST: KERNEL_TEST_PY})
-    write(work, KERNEL, fork_kernel.replace("kernel 15\n", "kernel 15 fixed\n"))
-    write(work, KERNEL_TEST, KERNEL_TEST_FIXED)
-    git(work, "commit", "-qam", "sgl-kernel: copy every length")
-    out = ov.patches / "sgl-kernel-kt"
-    out.mkdir()
-    git(work, "format-patch", "-q", "--full-index", "-U100000", "-o", str(out), "HEAD~1..HEAD")
-    patch = next(out.glob("*.patch"))
-    manifest = ov.patches / "manifest.toml"
-    manifest.write_text(
-        manifest.read_text()
-        + f'\n[targets.sgl-kernel-kt]\nkind = "patch-context"\nversion = "def"\nupstream = "{KT_URL}"\n'
-        f'commit = "def"\ncontext = "full"\nmarker = "{KERNEL}"\npatches = ["{patch.name}"]\n\n'
-        f'[targets.sgl-kernel-kt.preimages]\n"{KERNEL}" = "{blob(fork_kernel)}"\n"{KERNEL_TEST}" = "{blob(KERNEL_TEST_PY)}"\n'
-    )
-
-
 def test_a_subject_another_target_shares_is_not_this_targets_commit(tmp_path: Path) -> None:
     """A KT-fork-shaped checkout with the fork's port of the sgl-kernel patch applied (target sgl-kernel-kt, same
     subject as upstream's): upstream's sgl-kernel patch is not `applied` there (no commit of its own), and
     `revert -t sgl-kernel` removes nothing; `revert -t sgl-kernel-kt` removes the port alone."""
     ov = make_fork_overlay(tmp_path)
     fork_kernel = "fork line\n" + KERNEL_CU
-    _add_kt_kernel_target(ov, tmp_path, fork_kernel)
+    add_kernel_target(ov, tmp_path, KT_URL, name="sgl-kernel-kt", kernel=fork_kernel)
     co = make_fork_checkout(ov, tmp_path / "fork", kernel=fork_kernel)
     base = ["--patches", str(ov.patches)]
     applied = _run(*base, "apply", "--checkout", str(co))
