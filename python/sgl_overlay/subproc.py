@@ -124,9 +124,11 @@ def _record(signum: int, _frame: object) -> None:
 
 
 def catch_signals() -> None:
-    """From now on Ctrl-C and SIGTERM are recorded, and raised at the next checkpoint."""
+    """From now on Ctrl-C and SIGTERM are recorded, and raised at the next checkpoint. A signal this process
+    was started with ignored stays ignored (a background job of a script: the shell's Ctrl-C is not for it)."""
     for sig in SIGNALS:
-        signal.signal(sig, _record)
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, _record)
 
 
 def caught() -> int | None:

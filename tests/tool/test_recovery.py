@@ -35,9 +35,20 @@ JOURNAL = "sgl-overlay-journal.json"
 PARK = "touch {marker}\nwhile kill -0 $PPID 2>/dev/null; do sleep 0.02; done\n"
 
 
+def _default_signals() -> None:
+    """The run starts with Ctrl-C and SIGTERM at their defaults, whatever the test runs under (a background job
+    of a script starts with Ctrl-C ignored, and the tool keeps an inherited ignore)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _spawn(*args: str, stdout: object = subprocess.PIPE) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "sgl_overlay", *args], stdout=stdout, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "sgl_overlay", *args],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_signals,
     )
 
 
