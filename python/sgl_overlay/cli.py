@@ -3,12 +3,12 @@ Exit codes: 0 ok, 1 failure, 2 usage, 130 interrupted."""
 
 from __future__ import annotations
 
-import argparse
-import os
-import signal
 import sys
 
 try:  # Ctrl-C while the modules load is one line too
+    import argparse
+    import os
+    import signal
     from collections.abc import Callable, Iterator
     from dataclasses import dataclass
     from pathlib import Path
@@ -25,6 +25,7 @@ try:  # Ctrl-C while the modules load is one line too
         pins,
         prs,
         scratch,
+        subproc,
         transaction,
         tree,
         wheels,
@@ -86,10 +87,12 @@ def cmd_apply(args: argparse.Namespace, ctx: Context) -> int:
     if args.abort:
         for co in ctx.checkouts(args):
             print(wording.aborted(transaction.abort(co.path)), flush=True)
+            subproc.release()
         return 0
     for co in ctx.checkouts(args):
         for line in wording.apply_lines(operations.apply(co, args.strict)):
             print(line, flush=True)
+        subproc.release()  # its report is out: a signal now stops before the next checkout
     return 0
 
 
@@ -120,6 +123,7 @@ def cmd_revert(args: argparse.Namespace, ctx: Context) -> int:
     for co in ctx.checkouts(args):
         for line in wording.revert_lines(operations.revert(co)):
             print(line, flush=True)
+        subproc.release()
     return 0
 
 
@@ -283,7 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="sgl-overlay",
         description="Fixes for SGLang MoE serving as upstream-shaped patches: fetch the pinned upstream trees, "
         "apply the patches with `git am -3`, verify, build patched wheels.",
-        epilog="Exit codes: 0 ok, 1 failure, 2 usage error, 130 interrupted (tree rolled back).",
+        epilog="Exit codes: 0 ok, 1 failure, 2 usage error, 130 interrupted (the change under way rolled back; a "
+        "Ctrl-C or SIGTERM after it completed leaves it standing, says so in one line and exits 0).",
     )
     parser.add_argument("--version", action="version", version=f"sgl-overlay {__version__}")
     for flag, what in GLOBAL_DIRS.items():
@@ -345,13 +350,24 @@ def _add_commands(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--offline", action="store_true", help="use only the wheel cache")
 
 
-def _terminate(signum: int, _frame: object) -> None:
-    raise Interrupted(Why.TERMINATED, signal=signum)  # unwinds, so temp folders and locks go
+def _finish(args: argparse.Namespace, code: int) -> int:
+    """The exit code once the command is done. A signal that came after its change had completed ends the
+    run with the change standing: one line says so, and the command's own code stays (0)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, subproc.SIGNALS)  # the run is over: a later signal finds it gone
+    signum = subproc.caught()
+    if signum is None:
+        return code
+    if not subproc.completed():
+        raise subproc.interruption(signum)
+    print(wording.after_completion(args.command, signum), file=sys.stderr)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. Ctrl-C and SIGTERM are acted on between two programs it runs (subproc.checkpoint):
+    before a change completes they roll it back (exit 130); after, they end the run with it standing."""
     try:
-        signal.signal(signal.SIGTERM, _terminate)
+        subproc.catch_signals()
         scratch.sweep()
         args = build_parser().parse_args(argv)
         manifest = load_manifest(args.patches)
@@ -359,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.func not in (cmd_pins, cmd_export):
             pins.check(manifest)
         at = places(manifest.path, args.trees, args.cache)
-        return args.func(args, Context(manifest, at.root, at.trees, at.cache))
+        return _finish(args, args.func(args, Context(manifest, at.root, at.trees, at.cache)))
     except OverlayError as exc:
         print(wording.failed(wording.error(exc)), file=sys.stderr)
         return exc.exit_code

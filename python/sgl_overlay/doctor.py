@@ -10,9 +10,9 @@ from pathlib import Path
 from packaging.version import Version
 
 from sgl_overlay import gitutil, routes, subproc
-from sgl_overlay.errors import UsageError, Why
+from sgl_overlay.errors import OverlayError, UsageError, Why
 from sgl_overlay.manifest import Kind, Manifest, Target
-from sgl_overlay.series import Series
+from sgl_overlay.series import Patch, Series
 from sgl_overlay.wheels import no_wheel_fits, patched_wheel_name, shipped_changes, wheel_for_python, wheel_path_of
 
 KERNEL_NAMES = ("sglang-kernel", "sgl-kernel")  # every kernel distribution doctor looks for
@@ -90,7 +90,14 @@ def probe(python: str, dists: list[str], live: bool, site: Path | None = None) -
     if site is not None:  # an install made with `pip install --target DIR`
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH", "")]))
     proc = subproc.run([python, "-c", _PROBE, *names], f"inspecting {python}", env=env)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    last = (proc.stdout.strip().splitlines() or [""])[-1]
+    try:
+        found = json.loads(last)
+    except ValueError:
+        found = None
+    if not isinstance(found, dict):  # not a Python that runs the probe (a wrapper that prints its own text)
+        raise OverlayError(Why.PROBE_NOT_JSON, python=python, line=last[:80])
+    return found
 
 
 def wheel_fix(manifest: Manifest, target: Target, dist_dir: Path, python: tuple[int, int]) -> tuple[str, bool]:
@@ -111,20 +118,37 @@ def check_python_target(
     name = target.name
     fix, fits = wheel_fix(manifest, target, dist_dir, python)
     installed = Version(info["version"])
-    if installed.local == manifest.local_version and installed.base_version != target.version:
-        what = f"installed {installed}: built by `sgl-overlay wheels --checkout` once the series was in"
-        return [Finding(name, what, True, "")]
-    if installed.base_version != target.version:
-        what = f"installed {installed}, the overlay pins {target.version}: fixes not checked"
-        return [Finding(name, what, False, f"pip install {target.requirement} && {fix}" if fits else fix)]
     final = shipped_changes(series)
     root = Path(info["root"])
     findings = []
     for patch in series.patches:
         files = [rel for p in patch.touched() if (rel := wheel_path_of(target, p)) is not None]
-        ok = all(gitutil.file_blob(root / rel) == final[rel] for rel in files)
+        ok = all(gitutil.file_blob(root / rel) == final[rel] for rel in files) or _holds_change(patch, root, target)
         findings.append(Finding(name, f"{patch.subject} ({len(files)} file(s))", ok, fix))
-    return findings
+    if installed.base_version == target.version:
+        return findings
+    if all(f.ok for f in findings):  # a build of a checkout with the series in (`wheels --checkout`, pip)
+        what = f"installed {installed}: its files are the series' post-images (a build of a patched checkout)"
+        return [Finding(name, what, True, "")]
+    if installed.local == manifest.local_version:
+        what = f"installed {installed}: built by `sgl-overlay wheels --checkout` once the series was in"
+        return [Finding(name, what, True, "")]
+    what = f"installed {installed}, the overlay pins {target.version}: fixes not checked"
+    return [Finding(name, what, False, f"pip install {target.requirement} && {fix}" if fits else fix)]
+
+
+def _holds_change(patch: Patch, root: Path, target: Target) -> bool:
+    """The installed files hold the patch's change amid other edits (a user's build of a patched checkout
+    whose files are not the pinned ones): the patch reverse-applies to them (`git apply -R --check`)."""
+    shipped = {p: rel for p in patch.touched() if (rel := wheel_path_of(target, p)) is not None}
+    if not shipped:
+        return False
+    tree_path, rel = next(iter(shipped.items()))
+    strip = 1 + tree_path.count("/") - rel.count("/")  # a/ and the tree folders the wheel does not have
+    includes = [f"--include={rel}" for rel in shipped.values()]
+    check = ["git", "apply", "--check", "-R", f"-p{strip}", *includes, str(patch.path)]
+    ceiling = {"GIT_CEILING_DIRECTORIES": str(root.parent)}  # the files alone, not a repository around them
+    return subproc.run(check, f"checking {root}", check=False, env=ceiling, cwd=root).returncode == 0
 
 
 def check_kernel(data: dict, runner: Finding | None = None) -> list[Finding]:

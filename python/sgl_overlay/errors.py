@@ -38,6 +38,7 @@ class Why(Enum):
     # the series
     MISSING_PATCH = auto()
     CORRUPT_PATCH = auto()
+    PATCH_CRLF = auto()
     PATCH_NO_SUBJECT = auto()
     PATCH_NO_DIFF = auto()
     PATCH_NO_HUNK = auto()
@@ -54,12 +55,15 @@ class Why(Enum):
     FAILED = auto()
     NO_PATH = auto()
     NOT_GIT = auto()
+    DUBIOUS_OWNERSHIP = auto()
+    NO_SPACE = auto()
     GIT_BROKEN = auto()
     # a checkout
     NOT_THAT_TARGET = auto()
     UNKNOWN_PROJECT = auto()
     GIT_BUSY = auto()
     DIRTY = auto()
+    SKIP_WORKTREE_EDITED = auto()
     COMMIT_MSG_HOOK = auto()
     # laying trees out
     REBUILT_PREIMAGE_DIFFERS = auto()
@@ -75,6 +79,7 @@ class Why(Enum):
     REVERT_CONFLICTS = auto()
     REVERT_NO_IDENTITY = auto()
     REVERT_FAILED = auto()
+    REVERT_GPG = auto()
     # the lock and the journal
     LEFTOVER = auto()
     LOCK_RACE = auto()
@@ -83,6 +88,8 @@ class Why(Enum):
     CANNOT_JOURNAL = auto()
     BAD_JOURNAL = auto()
     FOREIGN_COMMITS = auto()
+    BRANCH_SINCE = auto()
+    FILES_SINCE = auto()
     INTERRUPTED = auto()
     # fetch, export, wheels, doctor, matrix
     DOWNLOAD_FAILED = auto()
@@ -111,6 +118,8 @@ class Why(Enum):
     BUILD_FAILED = auto()
     NO_WHEEL_BUILT = auto()
     NO_VERSION_TAGS = auto()
+    NO_VERSION_ENV = auto()
+    PROBE_NOT_JSON = auto()
     SITE_NOT_A_FOLDER = auto()
     MATRIX_UNEXPECTED_STATE = auto()
     VERSIONS_UNKNOWN_TARGET = auto()

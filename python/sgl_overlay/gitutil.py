@@ -54,6 +54,8 @@ def toplevel(path: Path) -> Path:
     proc = git(path, "rev-parse", "--show-toplevel", check=False)
     if proc.returncode != 0:
         ensure_git_runs()
+        if "dubious ownership" in proc.stderr:  # another user owns it: git refuses to read it
+            raise OverlayError(Why.DUBIOUS_OWNERSHIP, path=path)
         raise OverlayError(Why.NOT_GIT, path=path)
     return Path(proc.stdout.strip())
 

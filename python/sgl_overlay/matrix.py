@@ -18,7 +18,7 @@ from xml.etree import ElementTree
 
 from packaging.version import InvalidVersion, Version
 
-from sgl_overlay import fetch, gitutil, transaction, tree, wording
+from sgl_overlay import fetch, gitutil, subproc, transaction, tree, wording
 from sgl_overlay.errors import OverlayError, UsageError, Why
 from sgl_overlay.manifest import Kind, Manifest, MatrixSpec, PinnedWheel, Target
 from sgl_overlay.scratch import folder
@@ -214,14 +214,24 @@ def classify(st: PatchStatus, vtree: Path, at_version: Target) -> Cell:
 
 def apply_and_commit(vtree: Path, patch: Patch) -> str:
     """`git am -3` one patch; '' on success, else a one-line reason (tree rolled back)."""
-    with transaction.locked(vtree, "matrix"), transaction.Change(vtree, "matrix", [], [patch.subject]) as change:
-        proc = transaction.run_am(vtree, [patch.path], laid_out=True)
-        if change.caught:
-            raise change.interrupted()
-        if proc.returncode == 0:
-            return ""
-        change.roll_back()
-        return wording.am_stop(transaction.am_failure(proc))
+    try:
+        with transaction.locked(vtree, "matrix"), transaction.Change(vtree, "matrix", [], [patch.subject]):
+            proc = transaction.run_am(vtree, [patch.path], laid_out=True)
+            if proc.returncode != 0:
+                raise _AmStopped(proc)
+    except _AmStopped as stop:
+        return wording.am_stop(transaction.am_failure(stop.proc))
+    finally:
+        subproc.release()  # the cell is settled: Ctrl-C stops the matrix again
+    return ""
+
+
+class _AmStopped(Exception):
+    """`git am` stopped in a matrix tree (the Change rolls it back)."""
+
+    def __init__(self, proc: subprocess.CompletedProcess):
+        super().__init__(proc.returncode)
+        self.proc = proc
 
 
 def patch_test_files(patch: Patch) -> list[str]:

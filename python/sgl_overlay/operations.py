@@ -11,10 +11,10 @@ from itertools import groupby
 from pathlib import Path
 
 from sgl_overlay import gitutil, subproc, transaction
-from sgl_overlay.checkout import Aside, Checkout, ensure_hooks_run, ensure_writable
+from sgl_overlay.checkout import Aside, Checkout, Placement, ensure_hooks_run, ensure_writable
 from sgl_overlay.errors import OverlayError, Why
 from sgl_overlay.manifest import Target
-from sgl_overlay.series import Patch
+from sgl_overlay.series import Patch, Series
 from sgl_overlay.states import BLOCKED, IN, PENDING, Content, PatchStatus, Standing, State, content_of, series_status
 from sgl_overlay.tree import PreimageMismatch, check_preimages
 
@@ -30,8 +30,18 @@ class Survey:
 def survey(co: Checkout, working_files: bool = False) -> Survey:
     """States of every target's series; `working_files` reads uncommitted files too (status)."""
     content = content_of(co.path, working_files)
-    rows = {t.name: series_status(co.path, co.series[t.name], content, co.placement(t.name)) for t in co.targets}
+    rows = {
+        t.name: series_status(co.path, co.series[t.name], content, co.placement(t.name), _rivals(co, t.name))
+        for t in co.targets
+    }
     return Survey(content, rows)
+
+
+def _rivals(co: Checkout, name: str) -> list[tuple[Patch, Placement]]:
+    """The patches of the checkout's other targets (those `-t` left out too), each with where its files sit: a
+    commit of one of them is never this target's, whatever subject they share."""
+    series = [co.series[t.name] for t in co.targets if t.name != name] + [Series.read(t) for t in co.others]
+    return [(p, co.placement(s.target.name)) for s in series for p in s.patches]
 
 
 @dataclass(frozen=True)
@@ -198,6 +208,19 @@ def plan(co: Checkout, strict: bool) -> tuple[list[tuple[Path, tuple[str, ...]]]
     return to_apply, sv, warnings
 
 
+def _writes(co: Checkout, names: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """The files the required targets' (or `names`') patches touch, where they sit here, and the blobs their
+    `index` lines name: what an apply or revert may leave in the index and working files."""
+    paths, blobs = [], []
+    for target in co.required if names is None else [t for t in co.targets if t.name in names]:
+        where = co.placement(target.name).path
+        for patch in co.series[target.name].patches:
+            for c in patch.changes:
+                paths.append(where(c.path))
+                blobs += [b for b in (c.old_blob, c.new_blob) if b]
+    return paths, blobs
+
+
 def _refuse_untracked(co: Checkout, name: str, patches: list[Patch]) -> None:
     """A file a patch adds must not be there already as a user's untracked file (`git am` would stop)."""
     where = co.placement(name).path
@@ -283,13 +306,12 @@ def apply(co: Checkout, strict: bool = False) -> ApplyReport:
             return ApplyReport(co.path, warnings, _notes(co, sv), already=already_in(co, sv))
         targets = [t.name for t in co.required]
         subjects = [r.patch.subject for t in co.required for r in sv.rows[t.name]]
-        with transaction.Change(co.path, "apply", targets, subjects) as change:
+        paths, blobs = _writes(co)
+        with transaction.Change(co.path, "apply", targets, subjects, paths, blobs) as change:
             # Consecutive patches with the same path mapping go in one `git am`.
             for flags, group in groupby(to_apply, key=lambda item: item[1]):
                 patches = [path for path, _ in group]
                 proc = transaction.run_am(co.path, patches, co.laid_out, flags)
-                if change.caught:
-                    raise change.interrupted()
                 if proc.returncode != 0:
                     stuck = transaction.stuck_patch(co.path, patches)
                     raise OverlayError(
@@ -326,7 +348,8 @@ def revert(co: Checkout) -> RevertReport:
             return RevertReport(co.path, states={name: [r.state for r in rows] for name, rows in st.items()})
         top = gitutil.out(co.path, "rev-list", f"-n{len(commits)}", "HEAD").splitlines()
         subjects = [f'Revert "{r.patch.subject}"' for r in applied]
-        with transaction.Change(co.path, "revert", list(st), subjects) as change:
+        paths, blobs = _writes(co, list(st))
+        with transaction.Change(co.path, "revert", list(st), subjects, paths, blobs) as change:
             if set(top) == set(commits):
                 gitutil.git(co.path, "reset", "-q", "--hard", f"HEAD~{len(commits)}")
                 how = "reset"
@@ -336,8 +359,6 @@ def revert(co: Checkout) -> RevertReport:
                 if proc.returncode != 0:
                     raise _revert_failure(proc, co.path)
                 how = "git revert"
-            if change.caught:
-                raise change.interrupted()
     return RevertReport(co.path, len(commits), how, change.head, gitutil.head(co.path))
 
 
@@ -348,4 +369,7 @@ def _revert_failure(proc: subprocess.CompletedProcess, checkout: Path) -> Overla
         return OverlayError(Why.REVERT_CONFLICTS, checkout=checkout)
     if any(sign in text for sign in ("auto-detect", "tell me who you are", "empty ident")):
         return OverlayError(Why.REVERT_NO_IDENTITY, checkout=checkout)
-    return OverlayError(Why.REVERT_FAILED, checkout=checkout, reason=subproc.failure_reason(proc))
+    if "gpg failed to sign" in text:
+        return OverlayError(Why.REVERT_GPG, checkout=checkout)
+    errors = [ln.strip() for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("error:")]
+    return OverlayError(Why.REVERT_FAILED, checkout=checkout, reason=(errors or [subproc.failure_reason(proc)])[0])

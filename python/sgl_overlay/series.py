@@ -102,6 +102,8 @@ def read_patch(path: Path, applied_upstream: str = "") -> Patch:
         raw = path.read_bytes()
     except FileNotFoundError:
         raise OverlayError(Why.MISSING_PATCH, path=path) from None
+    if raw.partition(b"\n")[0].endswith(b"\r"):  # its mbox header line: the whole file was converted
+        raise OverlayError(Why.PATCH_CRLF, path=path)
     try:
         patchset = unidiff.PatchSet(raw.decode("utf-8"))
     except (UnicodeDecodeError, unidiff.UnidiffParseError) as exc:

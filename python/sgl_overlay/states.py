@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 from pathlib import Path
@@ -118,16 +119,33 @@ def content_of(repo: Path, working_files: bool = False) -> Content:
     return Content(tree, tuple(changed))
 
 
-def find_commit(repo: Path, patch: Patch, placement: Placement = SAME_PLACE) -> str:
+Rival = tuple[Patch, Placement]  # another target's patch in the same checkout, where its files sit
+
+
+def find_commit(repo: Path, patch: Patch, placement: Placement = SAME_PLACE, rivals: Sequence[Rival] = ()) -> str:
     """The newest commit in HEAD's recent history with the patch's subject that touches its
-    files, or ''. Called only when the files already hold the patch's post-image."""
+    files, or ''. Called only when the files already hold the patch's post-image. A commit that holds
+    exactly the post-image of another target's patch of the same subject (the KT fork's port of an
+    sgl-kernel patch) is that patch's, not this one's."""
     paths = dict.fromkeys([placement.path(p) for p in patch.touched()] + patch.touched())  # moved, or not yet
     log = gitutil.out(repo, "log", f"-n{HISTORY_DEPTH}", "--format=%H%x09%s", "HEAD", "--", *paths)
+    same = [r for r in rivals if r[0].subject == patch.subject]
     for line in log.splitlines():
         sha, _, subject = line.partition("\t")
-        if subject == patch.subject:
+        if subject == patch.subject and not any(
+            _holds_post_image_at(repo, sha, *r) and not _holds_post_image_at(repo, sha, patch, placement) for r in same
+        ):
             return sha
     return ""
+
+
+def _holds_post_image_at(repo: Path, rev: str, patch: Patch, placement: Placement) -> bool:
+    """Every file the patch touches is exactly its post-image blob at `rev`."""
+    for c in patch.changes:
+        have = gitutil.blob_at(repo, rev, placement.path(c.path))
+        if (c.new_blob is None) != (have is None) or (have and not have.startswith(c.new_blob or "")):
+            return False
+    return True
 
 
 class ScratchIndex:
@@ -229,7 +247,9 @@ def _post_image(scratch: ScratchIndex, patch: Patch, placement: Placement, rever
     return f"{', '.join(modified)} already carry the change; the files it adds ({', '.join(added)}) are not there"
 
 
-def _classify(repo: Path, scratch: ScratchIndex, patch: Patch, placement: Placement, reverse: Path) -> PatchStatus:
+def _classify(
+    repo: Path, scratch: ScratchIndex, patch: Patch, placement: Placement, reverse: Path, rivals: Sequence[Rival]
+) -> PatchStatus:
     differ = patch.not_at_preimage(lambda path: scratch.blob(placement.path(path)))  # as the patch finds them
     absent = [c.path for c, blob in differ if blob is None]
     if absent:
@@ -237,7 +257,9 @@ def _classify(repo: Path, scratch: ScratchIndex, patch: Patch, placement: Placem
     if not _holds(scratch, patch, placement, "old"):
         present = _post_image(scratch, patch, placement, reverse)
         if present is not None:
-            return _in(repo, patch, placement, present, "the files hold its post-image (reverse-applies cleanly)")
+            return _in(
+                repo, patch, placement, present, "the files hold its post-image (reverse-applies cleanly)", rivals
+            )
     exact = scratch.apply(patch.path, "--check")
     if exact.returncode == 0:
         scratch.apply(patch.path)
@@ -256,16 +278,20 @@ def _classify(repo: Path, scratch: ScratchIndex, patch: Patch, placement: Placem
     if scratch.apply(patch.path, "--3way").returncode == 0:
         if [scratch.blob(p) for p in paths] == before:
             # The merge changes nothing: the files hold the change amid other edits.
-            return _in(repo, patch, placement, "", "a 3-way merge of it changes nothing: the files hold its change")
+            return _in(
+                repo, patch, placement, "", "a 3-way merge of it changes nothing: the files hold its change", rivals
+            )
         return PatchStatus(patch, State.APPLICABLE_3WAY, detail=where)
     scratch.restore()
     return PatchStatus(patch, State.CONFLICTING, detail=where)
 
 
-def _in(repo: Path, patch: Patch, placement: Placement, partial: str, how: str = "") -> PatchStatus:
+def _in(
+    repo: Path, patch: Patch, placement: Placement, partial: str, how: str = "", rivals: Sequence[Rival] = ()
+) -> PatchStatus:
     """The files hold the patch's change: APPLIED when a commit made from it brought it (all of
     it), else UPSTREAM. `partial` names what is missing (the test files it adds)."""
-    sha = "" if partial else find_commit(repo, patch, placement)
+    sha = "" if partial else find_commit(repo, patch, placement, rivals)
     if sha:
         return PatchStatus(patch, State.APPLIED, commit=sha)
     return PatchStatus(patch, State.UPSTREAM, detail=partial or how)
@@ -285,7 +311,11 @@ def _in_at_top(scratch: ScratchIndex, series: Series, placement: Placement, reve
 
 
 def series_status(
-    repo: Path, series: Series, content: Content | None = None, placement: Placement = SAME_PLACE
+    repo: Path,
+    series: Series,
+    content: Content | None = None,
+    placement: Placement = SAME_PLACE,
+    rivals: Sequence[Rival] = (),
 ) -> list[PatchStatus]:
     """The patches the files hold at the top of the series are in; the rest are classified in
     order, each pending one applied to a scratch index as it goes (a later patch sees the earlier
@@ -299,10 +329,10 @@ def series_status(
         reverse = [narrow_context(patch, Path(tmp)) if full else patch.path for patch in series.patches]
         below = len(series.patches) - _in_at_top(scratch, series, placement, reverse)
         statuses = [
-            _classify(repo, scratch, patch, placement, rev)
+            _classify(repo, scratch, patch, placement, rev, rivals)
             for patch, rev in zip(series.patches[:below], reverse[:below])
         ]
         return statuses + [
-            _in(repo, patch, placement, "", "the files hold its post-image (reverse-applies cleanly)")
+            _in(repo, patch, placement, "", "the files hold its post-image (reverse-applies cleanly)", rivals)
             for patch in series.patches[below:]
         ]

@@ -3,19 +3,33 @@ OverlayError line naming what failed and why.
 
 Every command gets this process's environment without git's repository-local variables
 (`GIT_DIR`, `GIT_INDEX_FILE`, ...: the repository is always the one the tool names), and runs in
-the tool's process group, killed when the tool dies (Linux), so nothing outlives a killed run."""
+the tool's process group, killed when the tool dies (Linux), so nothing outlives a killed run.
+
+Ctrl-C and SIGTERM only record the signal (`catch_signals`); the tool acts on it between two programs
+(`checkpoint`, after every one), never inside a fork or a library call, where Python would drop the
+exception: no interrupt is lost, and none stops git half-way. Every program also carries RUN_ENV
+naming this run, so a later run can tell whether any process of a killed one still lives."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from sgl_overlay.errors import OverlayError, Why
+from sgl_overlay.errors import Interrupted, OverlayError, Why
+from sgl_overlay.scratch import pid_alive
+
+RUN_ENV = "SGL_OVERLAY_RUN"  # "<pid>-<start time>" of the run that started the program
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_caught: list[int] = []  # signals received, oldest first
+_held = 0  # > 0: checkpoints do not raise (a rollback must finish)
+_done = 0  # > 0: a change has completed and its report is not out yet: checkpoints do not raise
+_completed = False  # a change of this run has completed
 
 # What `git rev-parse --local-env-vars` prints (git 2.39 to 2.47), plus the variables that
 # change which repository git finds or which refs it reads.
@@ -46,17 +60,124 @@ GIT_REPO_ENV = frozenset(
 
 
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """This process's environment without GIT_REPO_ENV (nor GIT_CONFIG_KEY_n/VALUE_n), plus `extra`."""
+    """This process's environment without GIT_REPO_ENV (nor GIT_CONFIG_KEY_n/VALUE_n), plus RUN_ENV and `extra`."""
     env = {
         k: v
         for k, v in os.environ.items()
         if k not in GIT_REPO_ENV and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))
     }
-    return {**env, **(extra or {})}
+    return {**env, RUN_ENV: this_run(), **(extra or {})}
+
+
+def start_time(pid: int) -> int | None:
+    """When `pid` started (clock ticks since boot, /proc/<pid>/stat field 22); None where it does not run
+    or /proc does not say. A pid and its start time name one process: a reused pid has another."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    try:  # the command name (field 2) may hold spaces and parentheses: count from the last ')'
+        return int(stat[stat.rindex(b")") + 2 :].split()[19])
+    except (ValueError, IndexError):
+        return None
+
+
+_RUN: dict[int, str] = {}
+
+
+def this_run() -> str:
+    """This process's RUN_ENV mark: its pid and start time."""
+    pid = os.getpid()
+    if pid not in _RUN:
+        _RUN[pid] = f"{pid}-{start_time(pid) or 0}"
+    return _RUN[pid]
+
+
+def runs(pid: object, started: object) -> bool:
+    """The process `pid` that started at `started` (start_time) runs. Without a start time to compare
+    (another system, an older record) a live pid counts as running."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    now = start_time(pid)
+    if now is not None:
+        return not isinstance(started, int) or now == started
+    return pid_alive(pid)
+
+
+def processes_of(run: str) -> list[int]:
+    """The live processes started by the run `run` (RUN_ENV) or by its programs: git, its hooks."""
+    found = []
+    marker = f"{RUN_ENV}={run}".encode()
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if name.isdigit():
+            try:
+                env = Path(f"/proc/{name}/environ").read_bytes()
+            except OSError:
+                continue
+            if marker in env.split(b"\0"):
+                found.append(int(name))
+    return found
+
+
+def _record(signum: int, _frame: object) -> None:
+    _caught.append(signum)
+
+
+def catch_signals() -> None:
+    """From now on Ctrl-C and SIGTERM are recorded, and raised at the next checkpoint. A signal this process
+    was started with ignored stays ignored (a background job of a script: the shell's Ctrl-C is not for it)."""
+    for sig in SIGNALS:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, _record)
+
+
+def caught() -> int | None:
+    """The first signal received, or None."""
+    return _caught[0] if _caught else None
+
+
+def interruption(signum: int) -> BaseException:
+    return KeyboardInterrupt() if signum == signal.SIGINT else Interrupted(Why.TERMINATED, signal=signum)
+
+
+def checkpoint() -> None:
+    """Raise the signal received (KeyboardInterrupt for Ctrl-C), unless the caller holds them."""
+    if _caught and not _held and not _done:
+        raise interruption(_caught[0])
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """Checkpoints do not raise in the body (a rollback must finish); the signal stays recorded."""
+    global _held
+    _held += 1
+    try:
+        yield
+    finally:
+        _held -= 1
+
+
+def hold() -> None:
+    """A change has completed: checkpoints do not raise until `release` (after its report is printed); a
+    signal received meanwhile ends the run after that, the change standing."""
+    global _done, _completed
+    _done, _completed = _done + 1, True
+
+
+def release() -> None:
+    """End the `hold`s so far (their reports are out)."""
+    global _done
+    _done = 0
+
+
+def completed() -> bool:
+    """A change of this run has completed."""
+    return _completed
 
 
 def _die_with_parent() -> Callable[[], None] | None:
-    """A preexec hook that makes the child get SIGKILL when the tool dies (Linux prctl)."""
+    """A preexec hook that makes the child get SIGKILL when the tool dies (Linux prctl). (exec gives the
+    child the default Ctrl-C and SIGTERM actions back.)"""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -74,6 +195,9 @@ def _die_with_parent() -> Callable[[], None] | None:
 
 
 _PREEXEC = _die_with_parent()
+
+
+_NO_SPACE = os.strerror(28)  # ENOSPC: "No space left on device", as git and pip print it
 
 
 def failure_reason(proc: subprocess.CompletedProcess) -> str:
@@ -103,6 +227,7 @@ def run(
     """Run `cmd` with its output captured (text unless `input` is bytes); with `check`, a non-zero
     exit raises OverlayError(Why.FAILED) naming `what` and the reason. `env` is added to the clean environment."""
     argv = [str(c) for c in cmd]
+    checkpoint()
     try:
         proc = subprocess.run(
             argv,
@@ -120,6 +245,9 @@ def run(
         raise OverlayError(Why.NOT_ON_PATH, program=argv[0], what=what) from None
     except OSError as exc:
         raise OverlayError(Why.CANNOT_RUN, program=argv[0], what=what, reason=exc.strerror or str(exc)) from None
+    checkpoint()
+    if proc.returncode != 0 and _NO_SPACE in (proc.stderr if isinstance(proc.stderr, str) else ""):
+        raise OverlayError(Why.NO_SPACE, what=what, reason=failure_reason(proc))  # whatever else it says
     if check and proc.returncode != 0:
         raise OverlayError(Why.FAILED, what=what, reason=failure_reason(proc))
     return proc

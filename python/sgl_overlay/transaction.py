@@ -1,12 +1,14 @@
 """The one way the tool changes a checkout (apply, revert, the matrix's trees), like `git am`
 keeps `rebase-apply/`: a lock, then a journal, then git.
 
-- `locked`: `<git dir>/sgl-overlay.lock`, made atomically (O_CREAT|O_EXCL, then a hard link) holding the pid and the
-  command; a second run names the holder and exits 1.
+- `locked`: `<git dir>/sgl-overlay.lock`, made atomically (O_CREAT|O_EXCL, then a hard link) holding the pid, its
+  start time (a pid and its start time name one process: a reused pid is a dead run) and the command; a second
+  run names the holder and exits 1.
 - `Change`: `<git dir>/sgl-overlay-journal.json`, written before the first git command that
-  changes the tree (HEAD before, targets, the subjects of the commits the run may make, the
-  patches done). A failure or Ctrl-C rolls back to HEAD before and removes the journal; a
-  killed run leaves it, every later command names it, and `abort` rolls it back.
+  changes the tree (HEAD before and its branch, targets, the subjects of the commits the run may make, the
+  files and blobs it may write, the commits it made). A failure or Ctrl-C rolls back to HEAD before and
+  removes the journal; a killed run leaves it, every later command names it, and `abort` rolls it back,
+  only when the checkout holds nothing but what the run did (as `git am --abort` keeps the user's work).
 - git runs in the tool's process group and dies with the tool (see subproc).
 """
 
@@ -20,30 +22,16 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum, auto
 from pathlib import Path
 
-from sgl_overlay import gitutil
+from sgl_overlay import gitutil, subproc
 from sgl_overlay.errors import Interrupted, OverlayError, Why
-from sgl_overlay.scratch import pid_alive
 
 LOCK = "sgl-overlay.lock"
 JOURNAL = "sgl-overlay-journal.json"
-
-
-@contextlib.contextmanager
-def deferred_signals() -> Iterator[list[int]]:
-    """Hold Ctrl-C / SIGTERM until the critical section ends; the caller then rolls back."""
-    caught: list[int] = []
-    previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        previous[sig] = signal.signal(sig, lambda signum, _frame: caught.append(signum))
-    try:
-        yield caught
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+ZERO = "0" * 40  # a blob id standing for "no file"
 
 
 def _read(path: Path) -> dict | None:
@@ -67,14 +55,15 @@ def _write(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def _tool_runs(pid: int) -> bool:
-    """`pid` runs, and is an sgl-overlay (where /proc says what it runs): a reused pid is not the holder."""
-    if not pid_alive(pid):
-        return False
-    try:
-        return b"sgl" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return True
+def _me() -> dict:
+    """What a lock or journal records of this run: its pid, that pid's start time, its RUN_ENV mark."""
+    return {"pid": os.getpid(), "start": subproc.start_time(os.getpid()), "run": subproc.this_run()}
+
+
+def _alive(record: dict) -> bool:
+    """The run a lock or journal records is another one, and runs: the same pid *and* start time."""
+    pid = record.get("pid")
+    return pid != os.getpid() and subproc.runs(pid, record.get("start"))
 
 
 class Left(Enum):
@@ -99,8 +88,7 @@ def leftover(repo: Path) -> Leftover | None:
     lock, journal = gd / LOCK, gd / JOURNAL
     held, info = _read(lock), _read(journal)
     if held is not None and held.get("pid") != os.getpid():
-        pid = held.get("pid")
-        if isinstance(pid, int) and _tool_runs(pid):
+        if _alive(held):
             return Leftover(Left.RUNNING, repo, lock, held)
         if info is None:
             return Leftover(Left.STALE_LOCK, repo, lock, held)
@@ -126,7 +114,7 @@ def locked(repo: Path, command: str) -> Iterator[None]:
         # when the lock exists, and no reader ever sees a half-written lock.
         fd = os.open(mine, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         with os.fdopen(fd, "w") as f:
-            json.dump({"pid": os.getpid(), "command": command, "started": time.time()}, f)
+            json.dump({**_me(), "command": command, "started": time.time()}, f)
         try:
             os.link(mine, lock)
         except (PermissionError, NotImplementedError):  # a file system without hard links
@@ -137,7 +125,8 @@ def locked(repo: Path, command: str) -> Iterator[None]:
     except OSError as exc:
         raise OverlayError(Why.CANNOT_LOCK, lock=lock, repo=repo, reason=exc.strerror) from None
     finally:
-        mine.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # (a read-only file system refuses even to unlink what is not there)
+            mine.unlink()
     try:
         dead = leftover(repo)  # we hold the lock: a journal here is a dead run's
         if dead:
@@ -199,100 +188,218 @@ def stuck_patch(repo: Path, patches: Sequence[Path]) -> str | None:
 
 def rollback(repo: Path, orig: str) -> None:
     """Return a tree that was clean at `orig` to exactly that: end a stopped `git am` or `git revert`,
-    then drop whatever changed since. Safe only because the tree was clean before the run."""
-    gd = gitutil.git_dir(repo)
-    if (gd / "rebase-apply").exists():
-        gitutil.git(repo, "am", "--abort", check=False)
-    if (gd / "sequencer").exists() or (gd / "REVERT_HEAD").exists():
-        gitutil.git(repo, "revert", "--abort", check=False)
-    if gitutil.head(repo) != orig or gitutil.changed_files(repo):
-        gitutil.git(repo, "reset", "-q", "--hard", orig)
-    shutil.rmtree(gd / "rebase-apply", ignore_errors=True)  # what a killed `git am` could not abort
+    then drop whatever changed since. Only for changes that are all the run's (the tree was clean before
+    it, and `abort` proves nothing else changed since)."""
+    with subproc.held():
+        gd = gitutil.git_dir(repo)
+        if (gd / "rebase-apply").exists():
+            gitutil.git(repo, "am", "--abort", check=False)
+        if (gd / "sequencer").exists() or (gd / "REVERT_HEAD").exists():
+            gitutil.git(repo, "revert", "--abort", check=False)
+        if gitutil.head(repo) != orig or gitutil.changed_files(repo):
+            gitutil.git(repo, "reset", "-q", "--hard", orig)
+        shutil.rmtree(gd / "rebase-apply", ignore_errors=True)  # what a killed `git am` could not abort
 
 
 class Change:
     """The journaled part of a run: on a failure or Ctrl-C, the tree goes back to HEAD before.
-    Use inside `locked`; `caught` lists the signals held while it runs."""
+    Use inside `locked`. `paths`: the files the run may write; `blobs`: what it may write there besides
+    what the commits before and after hold (the patches' `index` blobs)."""
 
-    def __init__(self, repo: Path, command: str, targets: Sequence[str], subjects: Sequence[str]):
+    def __init__(
+        self,
+        repo: Path,
+        command: str,
+        targets: Sequence[str],
+        subjects: Sequence[str],
+        paths: Sequence[str] = (),
+        blobs: Sequence[str] = (),
+    ):
         self.repo, self.command = repo, command
         self.journal = gitutil.git_dir(repo) / JOURNAL
         self.head = gitutil.head(repo)
+        branch = gitutil.git(repo, "symbolic-ref", "-q", "HEAD", check=False).stdout.strip()
         self.data = {
-            "pid": os.getpid(),
+            **_me(),
             "command": command,
             "started": time.time(),
             "head": self.head,
+            "branch": branch or None,  # None: a detached HEAD
             "targets": list(targets),
             "subjects": list(subjects),  # what this run may commit: abort drops only these
+            "paths": sorted(set(paths)),
+            "blobs": sorted(set(blobs)),
+            "made": [],  # the commits it made, as each step ends
             "done": [],
         }
-        self.caught: list[int] = []
-        self._signals = deferred_signals()
-        self._settled = False
 
     def __enter__(self) -> Change:
-        self.caught = self._signals.__enter__()
         try:
             _write(self.journal, self.data)
         except OSError as exc:
-            self._signals.__exit__(None, None, None)
             raise OverlayError(Why.CANNOT_JOURNAL, journal=self.journal, repo=self.repo, reason=exc.strerror) from None
         return self
 
     def done(self, what: str) -> None:
         self.data["done"].append(what)
+        self.data["made"] = gitutil.out(self.repo, "rev-list", "--reverse", f"{self.head}..HEAD").split()
         _write(self.journal, self.data)
 
     def interrupted(self) -> Interrupted:
         return Interrupted(Why.INTERRUPTED, command=self.command, repo=self.repo, head=self.head)
 
-    def roll_back(self) -> None:
-        """Return to HEAD before now and end the journal (the caller reports why)."""
-        rollback(self.repo, self.head)
-        self.journal.unlink(missing_ok=True)
-        self._settled = True
-
     def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
-        try:
-            if self._settled:
-                return False
-            if typ is None and not self.caught:
-                self.journal.unlink(missing_ok=True)
-                return False
-            self.roll_back()  # a failure of the rollback keeps the journal for `abort`
-            if typ is None:
-                raise self.interrupted()
+        if typ is None and subproc.caught() is None:
+            self.journal.unlink(missing_ok=True)  # the change is complete: a later signal only ends the run
+            subproc.hold()
             return False
-        finally:
-            self._signals.__exit__(None, None, None)
+        rollback(self.repo, self.head)  # a failure of the rollback keeps the journal for `abort`
+        self.journal.unlink(missing_ok=True)
+        if subproc.caught() is not None or typ is None or issubclass(typ, KeyboardInterrupt):
+            raise self.interrupted() from None  # git may have failed of the same Ctrl-C: the signal is the cause
+        return False
 
 
 def _foreign_commits(repo: Path, info: dict) -> list[str]:
-    """Commits after the dead run's HEAD that it did not make (subject not among its own)."""
+    """Commits after the dead run's HEAD that it did not make (neither recorded nor of a subject it may commit)."""
     log = gitutil.out(repo, "log", "--format=%H %s", f"{info['head']}..HEAD")
-    allowed = set(info.get("subjects", []))
-    return [line for line in log.splitlines() if line.partition(" ")[2] not in allowed]
+    made, allowed = set(info.get("made") or ()), set(info.get("subjects") or ())
+    return [line for line in log.splitlines() if line[:40] not in made and line.partition(" ")[2] not in allowed]
+
+
+def _blobs_of(repo: Path, commits: list[str], paths: set[str]) -> set[str]:
+    """The blobs `paths` hold in `commits`."""
+    found = set()
+    for c in commits:
+        entries = gitutil.git(repo, "ls-tree", "-z", c, "--", *sorted(paths)).stdout if paths else ""
+        for entry in entries.split("\0"):
+            meta = entry.partition("\t")[0].split()
+            if len(meta) == 3:
+                found.add(meta[2])
+    return found
+
+
+LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}  # the run's paths are file names, not patterns
+
+
+def _run_paths(repo: Path, info: dict) -> list[str]:
+    """The files the run may have written: its patches' (journal), and what its commits changed."""
+    made = gitutil.out(repo, "diff", "--name-only", "--no-renames", "-z", info["head"], "HEAD").split("\0")
+    return sorted({*(info.get("paths") or ()), *filter(None, made)})
+
+
+def _changed_since(repo: Path, info: dict, paths: list[str]) -> list[str]:
+    """Of the run's files, those whose index entry or working copy is neither what the run started from nor
+    anything it could have written (the blobs of HEAD before, of its own commits, of its patches): the
+    user's edits since, which a rollback would overwrite. (Other files are the user's alone: kept.)"""
+    head = info["head"]
+    commits = [head, *gitutil.out(repo, "rev-list", f"{head}..HEAD").split()]
+    allowed = _blobs_of(repo, commits, set(paths)) | set(info.get("blobs") or ())
+
+    def known(blob: str | None) -> bool:
+        return blob is None or blob == ZERO or any(blob.startswith(a) for a in allowed)
+
+    gitutil.git(repo, "update-index", "-q", "--refresh", check=False)  # a touched file is no change
+    changed: list[str] = []
+    listed = gitutil.git(repo, "ls-files", "-s", "-z", "--", *paths, env=LITERAL).stdout
+    for entry in filter(None, listed.split("\0")):
+        meta, _, path = entry.partition("\t")
+        _mode, blob, stage = meta.split()
+        if stage == "0" and not known(blob) and path not in changed:
+            changed.append(path)  # (unmerged entries are a stopped `git am -3`'s merge)
+    for path in paths:
+        file = repo / path
+        blob = gitutil.file_blob(file) if file.is_file() and not file.is_symlink() else None
+        if not known(blob) and path not in changed:
+            changed.append(path)
+    return changed
+
+
+def _restore(repo: Path, gd: Path, head: str, paths: list[str]) -> None:
+    """Put the branch back at `head` and the run's files back as `head` holds them, in the index and the working
+    tree, leaving every other file (the user's edits, staged files) as it is; end git's stopped am or revert."""
+    for name in ("rebase-apply", "sequencer"):
+        shutil.rmtree(gd / name, ignore_errors=True)
+    for name in ("REVERT_HEAD", "MERGE_MSG"):
+        (gd / name).unlink(missing_ok=True)
+    if gitutil.head(repo) != head:
+        gitutil.git(repo, "reset", "-q", "--soft", head)
+    present = gitutil.git(repo, "ls-tree", "-r", "-z", "--name-only", head, "--", *paths, env=LITERAL).stdout
+    kept = [p for p in present.split("\0") if p]
+    if kept:
+        gitutil.git(repo, "checkout", head, "--", *kept, env=LITERAL)
+    for path in sorted(set(paths) - set(kept)):  # files the run added
+        gitutil.git(repo, "rm", "-q", "--cached", "--ignore-unmatch", "--", path, env=LITERAL)
+        (repo / path).unlink(missing_ok=True)
+
+
+def _refuse_changes_since(repo: Path, info: dict, journal: Path, lock: Path) -> None:
+    """Refuse, in one line, when the checkout holds anything the killed run did not do: another branch or
+    HEAD, commits it did not make, files edited or staged since."""
+    facts = {"repo": repo, "run": info, "journal": journal, "lock": lock, "head": info["head"]}
+    branch = gitutil.git(repo, "symbolic-ref", "-q", "HEAD", check=False).stdout.strip() or None
+    if "branch" in info and branch != info.get("branch"):
+        raise OverlayError(Why.BRANCH_SINCE, now=branch, was=info.get("branch"), **facts)
+    if gitutil.git(repo, "merge-base", "--is-ancestor", info["head"], "HEAD", check=False).returncode != 0:
+        raise OverlayError(Why.BRANCH_SINCE, now=gitutil.head(repo), was=info["head"], **facts)
+    foreign = _foreign_commits(repo, info)
+    if foreign:
+        raise OverlayError(Why.FOREIGN_COMMITS, first=foreign[0], **facts)
+    files = _changed_since(repo, info, _run_paths(repo, info))
+    if files:
+        raise OverlayError(Why.FILES_SINCE, files=files, **facts)
+
+
+def _git_locks(gd: Path, since: float) -> list[Path]:
+    """git's lock files in `gd` (HEAD.lock, index.lock, refs/heads/*.lock, packed-refs.lock, ...) made since `since`."""
+    found = []
+    for root, dirs, files in os.walk(gd):
+        dirs[:] = [d for d in dirs if d != "objects"]  # (objects are written whole, never locked)
+        for name in files:
+            path = Path(root, name)
+            if name.endswith(".lock") and name != LOCK:
+                with contextlib.suppress(OSError):
+                    if path.stat().st_mtime >= since - 1:
+                        found.append(path)
+    return sorted(found)
+
+
+def _end_processes(run: str) -> list[int]:
+    """End what the killed run left running (a hook git started; git itself died with the tool) and wait
+    until none lives, so nothing writes the checkout while it is rolled back. Returns their pids."""
+    pids = [p for p in subproc.processes_of(run) if p != os.getpid()] if run else []
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while subproc.processes_of(run) and time.monotonic() < deadline:
+        time.sleep(0.02)  # the kernel frees them at once; their parent (init) reaps them
+    return pids
 
 
 @dataclass(frozen=True)
 class Aborted:
     """What `apply --abort` did in `repo`: nothing (`run` None), removed the stale `lock` of `run`, or
-    rolled the killed `run` back to `head` (`done`: what it had done)."""
+    rolled the killed `run` back to `head` (`done`: what it had done; `locks`: git's lock files it left,
+    removed; `ended`: its processes that still ran)."""
 
     repo: Path
     run: dict | None = None  # the lock's or the journal's record of that run
     lock: Path | None = None
     head: str = ""
     done: tuple[str, ...] = ()
+    locks: tuple[Path, ...] = field(default=())
+    ended: tuple[int, ...] = ()
 
 
 def abort(repo: Path) -> Aborted:
-    """Roll back what a killed run left in `repo` (its journal) and remove its lock."""
+    """Roll back what a killed run left in `repo` (its journal), keeping what the user did since in other files,
+    and remove its lock and git's; refuses, changing nothing, when the branch moved, commits the run did not
+    make are on top, or one of the run's own files was edited since."""
     gd = gitutil.git_dir(repo)
     lock, journal = gd / LOCK, gd / JOURNAL
     held, info = _read(lock), _read(journal)
-    if held and isinstance(held.get("pid"), int) and held["pid"] != os.getpid() and _tool_runs(held["pid"]):
+    if held and _alive(held):
         raise _refuse_leftover(repo, Why.LOCK_HELD, lock=lock)
     if info is None:
         if held is None:
@@ -301,27 +408,26 @@ def abort(repo: Path) -> Aborted:
         return Aborted(repo, held, lock)
     if not isinstance(info.get("head"), str):
         raise OverlayError(Why.BAD_JOURNAL, journal=journal, repo=repo, lock=lock)
-    foreign = _foreign_commits(repo, info)
-    if foreign:
-        raise OverlayError(
-            Why.FOREIGN_COMMITS, repo=repo, run=info, first=foreign[0], journal=journal, lock=lock, head=info["head"]
-        )
-    index_lock = gd / "index.lock"  # the killed git's, when made after the run started
-    with contextlib.suppress(OSError):
-        if index_lock.stat().st_mtime >= float(info.get("started", 0)):
-            index_lock.unlink()
-    with deferred_signals():
-        rollback(repo, info["head"])
+    if _alive(info):
+        raise OverlayError(Why.LEFTOVER, left=Leftover(Left.RUNNING, repo, journal, info))
+    ended = _end_processes(str(info.get("run") or ""))
+    locks = _git_locks(gd, float(info.get("started") or 0))
+    for path in locks:  # no process of the run lives: git's locks are stale
+        path.unlink(missing_ok=True)
+    _refuse_changes_since(repo, info, journal, lock)
+    with subproc.held():
+        _restore(repo, gd, info["head"], _run_paths(repo, info))
         journal.unlink(missing_ok=True)
         lock.unlink(missing_ok=True)
-    return Aborted(repo, info, lock, info["head"], tuple(info.get("done") or ()))
+    subproc.hold()
+    return Aborted(repo, info, lock, info["head"], tuple(info.get("done") or ()), tuple(locks), tuple(ended))
 
 
 def discard_leftovers(repo: Path) -> None:
     """For trees the tool owns and resets anyway (the matrix's): drop a dead run's lock and journal."""
     gd = gitutil.git_dir(repo)
     held = _read(gd / LOCK)
-    if held and isinstance(held.get("pid"), int) and held["pid"] != os.getpid() and _tool_runs(held["pid"]):
+    if held and _alive(held):
         raise _refuse_leftover(repo, Why.LOCK_HELD, lock=gd / LOCK)
     (gd / JOURNAL).unlink(missing_ok=True)
     (gd / LOCK).unlink(missing_ok=True)

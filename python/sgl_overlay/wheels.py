@@ -168,7 +168,7 @@ def build_from_checkout(co: Checkout, out_dir: Path, local_version: str) -> Path
             made = sorted(Path(tmp).glob("*.whl"))
             if not made:
                 raise OverlayError(Why.NO_WHEEL_BUILT, source=source)
-            return _labelled(made[0], out_dir, local_version)
+            return _labelled(made[0], out_dir, local_version, source)
     finally:
         for rel in _untracked(checkout) - left:  # what the build wrote (build/, *.egg-info)
             target = checkout / rel
@@ -196,10 +196,16 @@ def _build_failure(proc: subprocess.CompletedProcess) -> str:
     return (causes or [subproc.failure_reason(proc)])[-1].removeprefix("ERROR: ").removeprefix("error: ")
 
 
-def _labelled(wheel: Path, out_dir: Path, local_version: str) -> Path:
+KT_VERSION_ENV = "SGLANG_KT_VERSION"  # what the KT fork's python/setup.py reads its version from (no tags)
+
+
+def _labelled(wheel: Path, out_dir: Path, local_version: str, source: Path) -> Path:
     """`wheel` repacked into `out_dir` with the overlay's local label; refuses a version the build made up."""
     name, version, _, _ = parse_wheel_filename(wheel.name)
     if version.public.startswith("0.0.0"):
+        setup = source / "setup.py"
+        if setup.is_file() and KT_VERSION_ENV in setup.read_text(errors="replace"):
+            raise OverlayError(Why.NO_VERSION_ENV, name=name, version=version, variable=KT_VERSION_ENV, source=source)
         raise OverlayError(Why.NO_VERSION_TAGS, name=name, version=version)
     if version.local:
         shutil.copy2(wheel, out_dir / wheel.name)

@@ -6,6 +6,8 @@ so every module above those may call it."""
 
 from __future__ import annotations
 
+import errno
+import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -214,7 +216,15 @@ def aborted(a: Aborted) -> str:
     if not a.head:
         return f"removed the stale lock {a.lock} of {who(a.run)}; nothing to roll back in {a.repo}"
     done = f"; it had done {', '.join(a.done)}" if a.done else ""
-    return f"rolled back the killed {who(a.run)} in {a.repo}: HEAD {a.head[:12]} again, as before it ran{done}"
+    left = [f"git's lock file(s) {', '.join(p.name for p in a.locks)}"] if a.locks else []
+    left += [f"its process(es) {', '.join(map(str, a.ended))}"] if a.ended else []
+    removed = f"; removed what it left: {' and '.join(left)}" if left else ""
+    return f"rolled back the killed {who(a.run)} in {a.repo}: HEAD {a.head[:12]} again, as before it ran{done}{removed}"
+
+
+def after_completion(command: str, signum: int) -> str:
+    """A signal that came once the change had completed: the run ends with the change standing."""
+    return f"sgl-overlay: signal {signum} came after {command} had completed; the change stands as reported above"
 
 
 def verified(target: str, patches: int) -> str:
@@ -306,6 +316,8 @@ def not_text(exc: UnicodeError) -> str:
 def os_error(exc: OSError) -> str:
     """A file the tool could not use (one no check named before)."""
     where = f" {exc.filename}" if exc.filename else ""
+    if exc.errno == errno.ENOSPC:
+        return f"cannot write{where}: no space left on the device; free some space there, then run again"
     return f"cannot use{where}: {exc.strerror or exc}; check it exists and is readable/writable"
 
 
@@ -326,6 +338,26 @@ def preimage_mismatch(m: PreimageMismatch) -> str:
     if m.found is None:
         return f"missing file {m.path} (expected blob {m.expected})"
     return f"{m.path}: expected blob {m.expected}, found {m.found}"
+
+
+def _ref(ref: str | None, short: bool = False) -> str:
+    """A branch (refs/heads/x), a commit, or None (a detached HEAD), as a line names it."""
+    if ref is None:
+        return "a detached HEAD"
+    if ref.startswith("refs/heads/"):
+        return ref.removeprefix("refs/heads/") if short else f"branch {ref.removeprefix('refs/heads/')}"
+    return ref[:12] if short else f"commit {ref[:12]}"
+
+
+def _writable(repo: Path, reason: str | None) -> str:
+    """The next step when the tool cannot write in a checkout's git directory."""
+    if reason == os.strerror(errno.ENOSPC):
+        return f"free some space on the device {repo} is on, then run again (nothing was changed)"
+    return f"{repo} and its .git must be writable to change it (nothing was changed)"
+
+
+def _some(files: list[str]) -> str:
+    return ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
 
 
 def _abort(repo: Path) -> str:
@@ -468,6 +500,10 @@ ERRORS: dict[Why, Callable[..., str]] = {
         f"missing patch file {path}; restore it with `git checkout -- {path}` or fix patches/manifest.toml"
     ),
     Why.CORRUPT_PATCH: lambda path, reason: _corrupt(path, reason),
+    Why.PATCH_CRLF: lambda path: (
+        f"{path} has CRLF line ends (a checkout made with core.autocrlf=true?); git's patches are LF: restore "
+        f"it with `git config core.autocrlf false` and `git checkout -- {path}` in the overlay's checkout"
+    ),
     Why.PATCH_NO_SUBJECT: lambda path: _corrupt(path, "no subject found"),
     Why.PATCH_NO_DIFF: lambda path: _corrupt(path, "no diff found"),
     Why.PATCH_NO_HUNK: lambda path, file: _corrupt(path, f"no readable hunk for {file}"),
@@ -495,6 +531,14 @@ ERRORS: dict[Why, Callable[..., str]] = {
         f"not a git directory: {path}; pass the root of a git checkout of "
         "sgl-project/sglang or kvcache-ai/sglang (or run `sgl-overlay fetch`)"
     ),
+    Why.DUBIOUS_OWNERSHIP: lambda path: (
+        f'git refuses {path}: another user owns it (git\'s "dubious ownership" check); run the tool as its owner, '
+        f"or trust it with `git config --global --add safe.directory {path}`"
+    ),
+    Why.NO_SPACE: lambda what, reason: (
+        f"{what} failed: no space left on the device ({reason}); free some space where the checkout and "
+        "$TMPDIR are, then run again (the tree is as it was)"
+    ),
     Why.GIT_BROKEN: lambda git, reason: (
         f"{git} does not work as git (`git --version`: {reason}); put a working git first on PATH"
     ),
@@ -512,6 +556,10 @@ ERRORS: dict[Why, Callable[..., str]] = {
     ),
     Why.DIRTY: lambda checkout, count, first: (
         f"{checkout} has uncommitted changes in {count} file(s) (first: {first}); commit or stash them, then try again"
+    ),
+    Why.SKIP_WORKTREE_EDITED: lambda checkout, file: (
+        f"{file} in {checkout} is edited but marked --skip-worktree, so git shows no change there and `git am` "
+        f"would stop on it; `git update-index --no-skip-worktree {file}`, commit or stash the edit, then try again"
     ),
     Why.COMMIT_MSG_HOOK: lambda checkout, hook: (
         f"{checkout} has a commit-msg hook ({hook}) that `git am` does not run: the overlay's commits "
@@ -556,23 +604,36 @@ ERRORS: dict[Why, Callable[..., str]] = {
         "set it with `git config user.name NAME` and `git config user.email EMAIL`, then revert again "
         "(tree left unchanged)"
     ),
+    Why.REVERT_GPG: lambda checkout: (
+        f"could not revert the overlay's commits in {checkout}: gpg could not sign the revert commits "
+        "(commit.gpgSign is set); make gpg work (`echo x | gpg --clearsign`), or revert unsigned with "
+        f"`git -C {checkout} config commit.gpgSign false`, then revert again (tree left unchanged)"
+    ),
     Why.REVERT_FAILED: lambda checkout, reason: (
         f"could not revert the overlay's commits in {checkout}: {reason}; tree left unchanged"
     ),
     # the lock and the journal
     Why.LEFTOVER: lambda left: leftover(left),
     Why.LOCK_RACE: lambda lock: f"{lock} appeared and went; try again",
-    Why.CANNOT_LOCK: lambda lock, repo, reason: (
-        f"cannot create {lock} ({reason}); {repo} must be writable to change it"
-    ),
+    Why.CANNOT_LOCK: lambda lock, repo, reason: f"cannot create {lock} ({reason}); {_writable(repo, reason)}",
     Why.LOCK_HELD: lambda lock: f"{lock} is held",
-    Why.CANNOT_JOURNAL: lambda journal, repo, reason: f"cannot write {journal} ({reason}); {repo} must be writable",
+    Why.CANNOT_JOURNAL: lambda journal, repo, reason: f"cannot write {journal} ({reason}); {_writable(repo, reason)}",
     Why.BAD_JOURNAL: lambda journal, repo, lock: (
         f"unreadable journal {journal}; check `git log` in {repo}, then remove it and {lock}"
     ),
     Why.FOREIGN_COMMITS: lambda repo, run, first, journal, lock, head: (
         f"{repo} has commits the killed {who(run)} did not make (first: {first[:60]}); to keep them, "
         f"`rm {journal} {lock}`; to drop them, `git reset --hard {head[:12]}` there, then abort again"
+    ),
+    Why.BRANCH_SINCE: lambda repo, run, now, was, journal, lock, head: (
+        f"{repo} is on {_ref(now)} now, the killed {who(run)} changed {_ref(was)}: nothing was rolled back; "
+        f"to roll it back, `git checkout {_ref(was, short=True) if was else '--detach ' + head[:12]}` there (commit or stash your changes first), then "
+        f"abort again; to keep everything as it is, `rm {journal} {lock}`"
+    ),
+    Why.FILES_SINCE: lambda repo, run, files, journal, lock, head: (
+        f"{repo}: {_some(files)} changed since the killed {who(run)}, which wrote {'it' if len(files) == 1 else 'them'} "
+        "too: nothing was rolled back; to keep your version, copy it aside; then `git checkout HEAD -- "
+        f"{' '.join(files)}` there and abort again"
     ),
     Why.INTERRUPTED: lambda command, repo, head: (
         f"interrupted: {command} rolled back, {repo} is as before (HEAD {head[:12]})"
@@ -655,6 +716,15 @@ ERRORS: dict[Why, Callable[..., str]] = {
     Why.NO_VERSION_TAGS: lambda name, version: (
         f"upstream's build gave {name} version {version} (its fallback when it finds no version, e.g. a clone "
         "without tags); fetch the release tags (`git fetch --tags`) and build again"
+    ),
+    Why.NO_VERSION_ENV: lambda name, version, variable, source: (
+        f"upstream's build gave {name} version {version}: {source}/setup.py takes the version from ${variable}, "
+        f"not from tags; build again with it set, e.g. `{variable}=<the fork's version> sgl-overlay wheels "
+        "--checkout ...`"
+    ),
+    Why.PROBE_NOT_JSON: lambda python, line: (
+        f"{python} did not answer the environment probe (its last line: {line!r}); pass --python the "
+        "environment's Python interpreter itself"
     ),
     Why.SITE_NOT_A_FOLDER: lambda site: f"--site {site} is not a folder; pass the DIR of `pip install --target DIR`",
     Why.MATRIX_UNEXPECTED_STATE: lambda patch, state: f"{patch}: unexpected state {state.value} in a fresh matrix tree",

@@ -205,14 +205,15 @@ SGLANG_URL = "https://github.com/sgl-project/sglang"
 KT_URL = "https://github.com/kvcache-ai/sglang"
 
 
-def add_kernel_target(ov: Overlay, tmp: Path, upstream: str) -> Path:
-    """Add an `sgl-kernel` target to the overlay's manifest: one full-context patch (as the real
-    one is written) changing kernel line 15 of copy.cu and its test; returns the patch."""
-    work = make_upstream(tmp / "kernel-work", files={KERNEL: KERNEL_CU, KERNEL_TEST: KERNEL_TEST_PY})
-    write(work, KERNEL, edit_line(KERNEL_CU, "kernel 15\n", "kernel 15 fixed\n"))
+def add_kernel_target(ov: Overlay, tmp: Path, upstream: str, name: str = "sgl-kernel", kernel: str = KERNEL_CU) -> Path:
+    """Add an `sgl-kernel` target (or `name`, pinned at copy.cu `kernel`: a fork's port, same subject) to the
+    overlay's manifest: one full-context patch (as the real one is written) changing kernel line 15 of copy.cu
+    and its test; returns the patch."""
+    work = make_upstream(tmp / f"{name}-work", files={KERNEL: kernel, KERNEL_TEST: KERNEL_TEST_PY})
+    write(work, KERNEL, edit_line(kernel, "kernel 15\n", "kernel 15 fixed\n"))
     write(work, KERNEL_TEST, KERNEL_TEST_FIXED)
     git(work, "commit", "-qam", "sgl-kernel: copy every length")
-    out = ov.patches / "sgl-kernel"
+    out = ov.patches / name
     out.mkdir()
     git(work, "format-patch", "-q", "--full-index", "-U100000", "-o", str(out), "HEAD~1..HEAD")
     patch = next(out.glob("*.patch"))
@@ -220,9 +221,9 @@ def add_kernel_target(ov: Overlay, tmp: Path, upstream: str) -> Path:
     manifest.write_text(
         manifest.read_text()
         + (
-            f'\n[targets.sgl-kernel]\nkind = "patch-context"\nversion = "abc"\nupstream = "{upstream}"\n'
+            f'\n[targets.{name}]\nkind = "patch-context"\nversion = "abc"\nupstream = "{upstream}"\n'
             f'commit = "abc"\ncontext = "full"\nmarker = "{KERNEL}"\npatches = ["{patch.name}"]\n\n'
-            f'[targets.sgl-kernel.preimages]\n"{KERNEL}" = "{blob(KERNEL_CU)}"\n"{KERNEL_TEST}" = "{blob(KERNEL_TEST_PY)}"\n'
+            f'[targets.{name}.preimages]\n"{KERNEL}" = "{blob(kernel)}"\n"{KERNEL_TEST}" = "{blob(KERNEL_TEST_PY)}"\n'
         )
     )
     return patch

@@ -200,12 +200,13 @@ def test_concurrent_applies_are_consistent(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("holder", ["dead", "reused"])
 def test_stale_lock_is_named_and_removed_by_abort(tmp_path: Path, holder: str) -> None:
-    """A lock whose pid no longer runs, or now runs another program (a reused pid), is stale."""
+    """A lock whose pid no longer runs, or now runs another process (a reused pid: another start time, though
+    its command line names sgl-overlay, as an sglang server's would), is stale."""
     base, co = _setup(tmp_path)
-    other = subprocess.Popen(["sleep", "60"]) if holder == "reused" else None
+    other = subprocess.Popen(["sh", "-c", "sleep 60", "sgl-overlay"]) if holder == "reused" else None
     pid = other.pid if other else _dead_pid()
     lock = co / ".git" / LOCK
-    lock.write_text(f'{{"pid": {pid}, "command": "apply", "started": 0}}')
+    lock.write_text(f'{{"pid": {pid}, "start": 1, "command": "apply", "started": 0}}')
     before = snapshot(co)
     line = _one_error(cli(*base, "apply", "--checkout", str(co)))
     assert line == (
@@ -451,13 +452,12 @@ def test_fork_status_starts_with_the_states(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_while_starting_is_one_line(tmp_path: Path) -> None:
-    """SIGINT while the tool's modules load (here: inside the import of unidiff, which a stand-in on
-    PYTHONPATH interrupts): one line, exit 130, no traceback."""
+    """Ctrl-C while the tool's modules load (here: inside the import of unidiff, whose stand-in on PYTHONPATH
+    raises the KeyboardInterrupt that Python's SIGINT handler raises, so it lands there whatever the load):
+    one line, exit 130, no traceback."""
     stand_in = tmp_path / "stand-in"
     stand_in.mkdir()
-    (stand_in / "unidiff.py").write_text(
-        "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(5)\n"
-    )
+    (stand_in / "unidiff.py").write_text("raise KeyboardInterrupt\n")
     path = os.pathsep.join([str(stand_in), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     proc = cli("--version", env={"PYTHONPATH": path})
     assert proc.returncode == 130, proc.stderr

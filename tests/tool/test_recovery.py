@@ -1,0 +1,321 @@
+"""Recovery never destroys a user's work: `apply --abort` after a real SIGKILL rolls back only what the killed
+run did (and refuses, changing nothing, when the user edited, staged or switched branches since), removes
+the git lock files the killed git left, and tells a reused pid from the run; Ctrl-C and SIGTERM at any moment
+of an apply either roll it back (exit 130) or, once it completed, leave it standing with a line saying so."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from synth import (
+    KERNEL,
+    KERNEL_CU,
+    KT_URL,
+    add_kernel_target,
+    clone,
+    git,
+    make_fork_checkout,
+    make_fork_overlay,
+    make_overlay,
+    snapshot,
+    write,
+)
+
+LOCK = "sgl-overlay.lock"
+JOURNAL = "sgl-overlay-journal.json"
+# Stops git am inside a hook until the test kills the tool (git dies with it, and so this loop ends).
+PARK = "touch {marker}\nwhile kill -0 $PPID 2>/dev/null; do sleep 0.02; done\n"
+
+
+def _default_signals() -> None:
+    """The run starts with Ctrl-C and SIGTERM at their defaults, whatever the test runs under (a background job
+    of a script starts with Ctrl-C ignored, and the tool keeps an inherited ignore)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def _spawn(*args: str, stdout: object = subprocess.PIPE) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "sgl_overlay", *args],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_signals,
+    )
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sgl_overlay", *args], capture_output=True, text=True)
+
+
+def _wait_for(path: Path, proc: subprocess.Popen) -> None:
+    """Until the hook has made `path` (the tool is parked inside git am), or the tool has ended (a failure)."""
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.01)
+
+
+def _hook(co: Path, name: str, body: str) -> None:
+    hook = co / ".git" / "hooks" / name
+    hook.write_text(f"#!/bin/sh\n{body}")
+    hook.chmod(0o755)
+
+
+def _kill_inside_am(tmp: Path, co: Path, base: list[str], hook: str, nth: int) -> int:
+    """Run apply and SIGKILL it while git am is inside `hook` for the `nth` patch; returns the tool's pid."""
+    count, marker = tmp / "count", tmp / "parked"
+    _hook(co, hook, f"echo x >> {count}\nif [ $(wc -l < {count}) -eq {nth} ]; then\n{PARK.format(marker=marker)}fi\n")
+    proc = _spawn(*base, "apply", "--checkout", str(co))
+    _wait_for(marker, proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    (co / ".git" / "hooks" / hook).unlink()
+    return proc.pid
+
+
+def _one_error(proc: subprocess.CompletedProcess) -> str:
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(err) == 1 and err[0].startswith("sgl-overlay: error: "), proc
+    return err[0].removeprefix("sgl-overlay: error: ")
+
+
+# Where the kill lands: the first patch in the index but not committed (pre-applypatch), the first patch
+# committed, both patches committed (the journal not yet removed).
+POINTS = [("pre-applypatch", 1), ("post-applypatch", 1), ("post-applypatch", 2)]
+
+
+@pytest.mark.parametrize("am_abort_first", [False, True])
+@pytest.mark.parametrize(("hook", "nth"), POINTS)
+def test_abort_keeps_edits_and_staged_files_made_after_the_kill(
+    tmp_path: Path, hook: str, nth: int, am_abort_first: bool
+) -> None:
+    """SIGKILL inside git am, then the user edits a tracked file and stages a new one (after `git am --abort`
+    or not): `--abort` rolls back the run's commits and files only; the edit and the staged file stay."""
+    ov = make_overlay(tmp_path)
+    base, co = ["--patches", str(ov.patches)], clone(ov.upstream, tmp_path / "checkout")
+    head = git(co, "rev-parse", "HEAD")
+    pristine = {p: (co / p).read_text() for p in ("python/sglang/model.py", "python/sglang/hook.py")}
+    _kill_inside_am(tmp_path, co, base, hook, nth)
+    if am_abort_first and (co / ".git" / "rebase-apply").exists():
+        git(co, "am", "--abort")
+    mine = (co / "python/pyproject.toml").read_text() + "# my edit\n"
+    write(co, "python/pyproject.toml", mine)
+    write(co, "notes.txt", "my staged file\n")
+    git(co, "add", "notes.txt")
+    abort = _run(*base, "apply", "--abort", "--checkout", str(co))
+    assert abort.returncode == 0 and abort.stdout.startswith("rolled back the killed"), abort
+    assert git(co, "rev-parse", "HEAD") == head and git(co, "symbolic-ref", "HEAD") == "refs/heads/main"
+    assert (co / "python/pyproject.toml").read_text() == mine
+    assert (co / "notes.txt").read_text() == "my staged file\n"
+    assert git(co, "diff", "--cached", "--name-only") == "notes.txt"
+    assert git(co, "status", "--porcelain") == "A  notes.txt\n M python/pyproject.toml"
+    assert {p: (co / p).read_text() for p in pristine} == pristine
+    assert not (co / "test/test_model.py").exists()
+    assert not any((co / ".git" / n).exists() for n in (LOCK, JOURNAL, "rebase-apply"))
+
+
+@pytest.mark.parametrize(("hook", "nth"), POINTS)
+def test_abort_refuses_over_an_edit_of_the_runs_own_file(tmp_path: Path, hook: str, nth: int) -> None:
+    """SIGKILL, then the user edits a file the run wrote too: `--abort` refuses in one line naming it, changing
+    nothing; the step it names (`git checkout HEAD -- FILE`, abort again) then rolls the run back."""
+    ov = make_overlay(tmp_path)
+    base, co = ["--patches", str(ov.patches)], clone(ov.upstream, tmp_path / "checkout")
+    head = git(co, "rev-parse", "HEAD")
+    _kill_inside_am(tmp_path, co, base, hook, nth)
+    write(co, "python/sglang/hook.py", "my edit\n")
+    before = snapshot(co)
+    line = _one_error(_run(*base, "apply", "--abort", "--checkout", str(co)))
+    assert line.startswith(f"{co}: python/sglang/hook.py changed since the killed `sgl-overlay apply`"), line
+    assert "`git checkout HEAD -- python/sglang/hook.py` there and abort again" in line, line
+    assert snapshot(co) == before
+    git(co, "checkout", "HEAD", "--", "python/sglang/hook.py")
+    abort = _run(*base, "apply", "--abort", "--checkout", str(co))
+    assert abort.returncode == 0, abort
+    assert git(co, "rev-parse", "HEAD") == head and git(co, "status", "--porcelain") == ""
+
+
+@pytest.mark.parametrize(("hook", "nth"), POINTS)
+def test_abort_refuses_after_a_branch_switch(tmp_path: Path, hook: str, nth: int) -> None:
+    """SIGKILL, then `git checkout -b feature HEAD~1` (after ending git's am) and an edit: `--abort` refuses,
+    naming both branches; neither branch, nor the edit, moves."""
+    ov = make_overlay(tmp_path)
+    base, co = ["--patches", str(ov.patches)], clone(ov.upstream, tmp_path / "checkout")
+    write(co, "later.txt", "a later commit\n")
+    git(co, "add", "later.txt")
+    git(co, "commit", "-qm", "later")
+    _kill_inside_am(tmp_path, co, base, hook, nth)
+    if (co / ".git" / "rebase-apply").exists():
+        git(co, "am", "--abort")
+    git(co, "checkout", "-qb", "feature", "origin/main")
+    write(co, "python/sglang/model.py", "my edit\n")
+    before = snapshot(co)
+    line = _one_error(_run(*base, "apply", "--abort", "--checkout", str(co)))
+    assert line.startswith(f"{co} is on branch feature now, the killed `sgl-overlay apply`"), line
+    assert "changed branch main" in line and "`git checkout main`" in line, line
+    assert snapshot(co) == before
+
+
+def test_abort_removes_the_lock_files_the_killed_git_left(tmp_path: Path) -> None:
+    """The killed run's git left HEAD.lock, ORIG_HEAD.lock, REBASE_HEAD.lock, packed-refs.lock, index.lock and
+    a ref's lock: `--abort` removes them (no process of that run lives) and says which, then rolls back."""
+    ov = make_overlay(tmp_path)
+    base, co = ["--patches", str(ov.patches)], clone(ov.upstream, tmp_path / "checkout")
+    head = git(co, "rev-parse", "HEAD")
+    _kill_inside_am(tmp_path, co, base, "post-applypatch", 1)
+    gd = co / ".git"
+    names = ["HEAD.lock", "ORIG_HEAD.lock", "REBASE_HEAD.lock", "packed-refs.lock", "index.lock"]
+    for name in names:
+        (gd / name).write_text("")
+    (gd / "refs/heads/main.lock").write_text("")
+    abort = _run(*base, "apply", "--abort", "--checkout", str(co))
+    assert abort.returncode == 0, abort.stderr
+    assert "removed what it left: git's lock file(s) " in abort.stdout, abort.stdout
+    for name in [*names, "main.lock"]:
+        assert name in abort.stdout, abort.stdout
+    assert not [p for p in gd.rglob("*.lock")], list(gd.rglob("*.lock"))
+    assert git(co, "rev-parse", "HEAD") == head and git(co, "status", "--porcelain") == ""
+    assert _run(*base, "apply", "--checkout", str(co)).stdout.startswith("applied 2 patch(es)")
+
+
+def test_a_reused_pid_is_a_dead_run(tmp_path: Path) -> None:
+    """A journal whose pid now names another live process (another start time; its command line says
+    sgl-overlay): the run is dead, `--abort` rolls it back; the live process is left alone."""
+    ov = make_overlay(tmp_path)
+    base, co = ["--patches", str(ov.patches)], clone(ov.upstream, tmp_path / "checkout")
+    head = git(co, "rev-parse", "HEAD")
+    _kill_inside_am(tmp_path, co, base, "post-applypatch", 2)
+    stranger = subprocess.Popen(["sh", "-c", "sleep 60", "sgl-overlay apply"])
+    journal = co / ".git" / JOURNAL
+    text = journal.read_text()
+    data = json.loads(text)
+    data.update(pid=stranger.pid, start=1, run=f"{stranger.pid}-1")
+    journal.write_text(json.dumps(data))
+    (co / ".git" / LOCK).write_text(json.dumps({"pid": stranger.pid, "start": 1, "command": "apply", "started": 0}))
+    try:
+        status = _run(*base, "status", "--checkout", str(co))
+        assert status.stdout.startswith(f"note: a killed `sgl-overlay apply` (pid {stranger.pid})"), status.stdout
+        abort = _run(*base, "apply", "--abort", "--checkout", str(co))
+        assert abort.returncode == 0 and abort.stdout.startswith("rolled back the killed"), abort
+        assert git(co, "rev-parse", "HEAD") == head
+        assert stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+# ----------------------------------------------------------------------------- Ctrl-C and SIGTERM
+
+TRIALS = 20  # moments, SIGINT and SIGTERM in turn
+
+
+def _signal_trial(co: Path, base: list[str], out: Path, head: str, delay: float, sig: int) -> str:
+    """Start `apply -t sglang-kt -t sgl-kernel` (three patches, two `git am`s), freeze it with SIGSTOP after
+    `delay`, send `sig` to the frozen run, let it go on, and name the outcome. Freezing first makes the check
+    exact whatever moment it lands: a run that had exited got no signal; one that is frozen gets it, having
+    printed its report (`out`) or not."""
+    with out.open("w") as stdout:
+        proc = _spawn(*base, "apply", "-t", "sglang-kt", "-t", "sgl-kernel", "--checkout", str(co), stdout=stdout)
+    time.sleep(delay)
+    os.kill(proc.pid, signal.SIGSTOP)
+    state = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WSTOPPED | os.WNOWAIT)
+    sent = state.si_code == os.CLD_STOPPED
+    reported = out.read_text()
+    if sent:
+        os.kill(proc.pid, sig)
+        os.kill(proc.pid, signal.SIGCONT)
+    _, err = proc.communicate(timeout=120)
+    made = git(co, "log", "--format=%s", f"{head}..HEAD").splitlines()
+    applied = len(made) == 3 and made[0].startswith("sgl-kernel:")
+    clean = git(co, "status", "--porcelain") == "" and not (co / ".git" / JOURNAL).exists()
+    if not (applied or made == []) or not clean:
+        return f"BAD: half-applied or left dirty ({len(made)} commits)"
+    lines = err.strip().splitlines()
+    code = proc.returncode
+    if not sent:
+        return "exited before the signal" if code == 0 and applied else f"BAD: exit {code} with no signal"
+    if code == 130 or code == -signal.SIGINT:  # (-SIGINT: Python 3.11 ends so after a KeyboardInterrupt left an
+        # import while starting, though the tool caught it and said so)
+        if applied:
+            return "BAD: 130 over an applied tree"
+        if not lines:  # before Python set its own handler: the default action, nothing run
+            return "ended by it while starting"
+        if len(lines) > 1 and lines[-1] == "KeyboardInterrupt" and "sgl_overlay" not in err:
+            return "ended while Python started (its own traceback)"  # before any of the tool's code ran
+        return "rolled back, 130" if len(lines) == 1 else f"BAD: 130 with more than one line: {err}"
+    if code == -sig:  # while starting, before the tool's handlers were set: the default action
+        return "ended by it while starting" if not applied and not lines else f"BAD: killed by it, {lines}"
+    if code != 0 or not applied:
+        return f"BAD: exit {code}"
+    if lines == [f"sgl-overlay: signal {sig} came after apply had completed; the change stands as reported above"]:
+        return "complete, reported"
+    if lines == [] and reported.startswith("applied 3 patch(es)"):
+        return "complete, the signal came after its report"  # the run was ending: the one other true outcome
+    return "BAD: SWALLOWED" if not lines or lines[-1].startswith("applied") else f"BAD: {lines[:1]}"
+
+
+def test_ctrl_c_and_sigterm_at_any_moment_are_never_lost(tmp_path: Path) -> None:
+    """SIGINT or SIGTERM at 20 moments spread over a fork's apply (and past its end): every one either rolls
+    the tree back (exit 130, one line) or, landing once the change had completed, leaves it standing with
+    exit 0 and a line saying so. None is swallowed (exit 0 with nothing said), none gives 130 over an applied
+    tree. The outcomes go to the test's output."""
+    ov = make_fork_overlay(tmp_path)
+    co = make_fork_checkout(ov, tmp_path / "fork")
+    base = ["--patches", str(ov.patches)]
+    head = git(co, "rev-parse", "HEAD")
+    spans = []  # how long one apply takes here (the faster of two): the moments cover it and a bit past
+    for _ in range(2):
+        git(co, "reset", "-q", "--hard", head)
+        start = time.monotonic()
+        assert _run(*base, "apply", "-t", "sglang-kt", "-t", "sgl-kernel", "--checkout", str(co)).returncode == 0
+        spans.append(time.monotonic() - start)
+    span = min(spans)
+    outcomes: dict[str, int] = {}
+    git(co, "reset", "-q", "--hard", head)
+    for i in range(TRIALS):
+        delay = span * 1.1 * i / (TRIALS - 1)
+        sig = signal.SIGINT if i % 2 == 0 else signal.SIGTERM
+        outcome = _signal_trial(co, base, tmp_path / "out.txt", head, delay, sig)
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        print(f"{delay:.2f} s {signal.Signals(sig).name}: {outcome}")
+        git(co, "reset", "-q", "--hard", head)
+        for name in (LOCK, JOURNAL):
+            (co / ".git" / name).unlink(missing_ok=True)
+    print(outcomes)
+    assert not [o for o in outcomes if o.startswith("BAD")], outcomes
+
+
+# ----------------------------------------------------------------------------- one subject, two targets
+
+
+def test_a_subject_another_target_shares_is_not_this_targets_commit(tmp_path: Path) -> None:
+    """A KT-fork-shaped checkout with the fork's port of the sgl-kernel patch applied (target sgl-kernel-kt, same
+    subject as upstream's): upstream's sgl-kernel patch is not `applied` there (no commit of its own), and
+    `revert -t sgl-kernel` removes nothing; `revert -t sgl-kernel-kt` removes the port alone."""
+    ov = make_fork_overlay(tmp_path)
+    fork_kernel = "fork line\n" + KERNEL_CU
+    add_kernel_target(ov, tmp_path, KT_URL, name="sgl-kernel-kt", kernel=fork_kernel)
+    co = make_fork_checkout(ov, tmp_path / "fork", kernel=fork_kernel)
+    base = ["--patches", str(ov.patches)]
+    applied = _run(*base, "apply", "--checkout", str(co))
+    assert applied.stdout.startswith("applied 3 patch(es)"), applied
+    status = _run(*base, "status", "--checkout", str(co)).stdout
+    kernel_rows = [ln for ln in status.splitlines() if "sgl-kernel/0001" in ln]
+    assert kernel_rows and not kernel_rows[0].strip().startswith("applied"), status
+    assert any(ln.strip().startswith("applied") and "sgl-kernel-kt/0001" in ln for ln in status.splitlines()), status
+    before = snapshot(co)
+    revert = _run(*base, "revert", "-t", "sgl-kernel", "--checkout", str(co))
+    assert revert.returncode == 0 and revert.stdout.startswith("nothing to revert"), revert
+    assert snapshot(co) == before
+    revert = _run(*base, "revert", "-t", "sgl-kernel-kt", "--checkout", str(co))
+    assert revert.returncode == 0 and revert.stdout.startswith("reverted 1"), revert
+    subjects = git(co, "log", "--format=%s", "-3").splitlines()
+    assert subjects[:2] == ["hook: fix line 5 and model line 30", "model: fix line 10"], subjects
+    assert (co / KERNEL).read_text() == fork_kernel
