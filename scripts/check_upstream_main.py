@@ -142,7 +142,8 @@ def check_target(target: Target, tree: Path, main: Path, patterns: list[str], ca
             commit = next((at[p] for p in paths if p in at), lines[0].split()[0])
             results.append(Result(target.name, name, upstream, commit, state, detail, moved))
             if carry is not None and state != "conflicts" and (moved or "3-way" in state):
-                dest = carry / target.name / Path(name).stem / prs.MAIN
+                # Absolute: format-patch runs in the sparse tree, where a relative -o lands in the temporary folder.
+                dest = (carry / target.name / Path(name).stem / prs.MAIN).resolve()
                 shutil.rmtree(dest, ignore_errors=True)
                 prs.format_patch(repo, "HEAD", dest)
     return results

@@ -244,14 +244,20 @@ def _same_at_moved_folder(tree: Path, made: str, commit: str, moved, work: Path)
 # ----------------------------------------------------------------------------- checked against main
 
 
-def test_check_upstream_main_sorts_applies_offsets_and_conflicts(overlay, tmp_path):
-    ov, base, tree = overlay
+def _main_files(tmp_path, model_py: str, hook_py: str) -> None:
+    """tmp_path/main: upstream main's model.py and hook.py, read at commit aaaa…"""
     main = tmp_path / "main" / "example" / "sglang"
     files = main / "files" / "python" / "sglang"
     files.mkdir(parents=True)
     (main / "COMMIT").write_text("a" * 40 + "\n")
-    (files / "model.py").write_text("new 1\nnew 2\n" + MODEL_PY)  # both model.py hunks move by two lines
-    (files / "hook.py").write_text(edit_line(HOOK_PY, "hook 5\n", "hook 5 changed upstream\n"))
+    (files / "model.py").write_text(model_py)
+    (files / "hook.py").write_text(hook_py)
+
+
+def test_check_upstream_main_sorts_applies_offsets_and_conflicts(overlay, tmp_path):
+    ov, base, tree = overlay
+    # both model.py hunks move by two lines; hook.py's changed line changed upstream
+    _main_files(tmp_path, "new 1\nnew 2\n" + MODEL_PY, edit_line(HOOK_PY, "hook 5\n", "hook 5 changed upstream\n"))
     doc = tmp_path / "upstream.md"
     doc.write_text("# Upstream\n\nBefore.\n")
     script = REPO_ROOT / "scripts" / "check_upstream_main.py"
@@ -278,3 +284,19 @@ def test_check_upstream_main_sorts_applies_offsets_and_conflicts(overlay, tmp_pa
     assert doc.read_text().count("| target |") == 1
     listed = subprocess.run([*args[:-2], "--list"], capture_output=True, text=True, check=True).stdout.splitlines()
     assert "example/sglang python/sglang/model.py" in listed and "example/sglang test/test_model.py" in listed
+
+
+def test_check_upstream_main_carries_a_3_way_merge_to_a_relative_folder(overlay, tmp_path):
+    ov, base, tree = overlay
+    # in the context of the hook.py hunk, not on its changed line: `git apply` refuses, `am -3` merges
+    _main_files(tmp_path, MODEL_PY, edit_line(HOOK_PY, "hook 7\n", "hook 7 changed upstream\n"))
+    script = REPO_ROOT / "scripts" / "check_upstream_main.py"
+    args = [sys.executable, str(script), "--patches", str(ov.patches), "--trees", base[-1]]
+    proc = subprocess.run(
+        [*args, "--main", "main", "--carry", "prs"], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| sglang ")]
+    assert "**applies**" in rows[0] and "**applies with a 3-way merge**" in rows[1], proc.stdout
+    carried = sorted((tmp_path / "prs" / "sglang").glob("*/main/*.patch"))
+    assert [p.parent.parent.name for p in carried] == [ov.series[1].stem]
+    assert "+hook 5 fixed\n" in carried[0].read_text() and " hook 7 changed upstream\n" in carried[0].read_text()
