@@ -2,7 +2,7 @@
 # docker/Dockerfile's RUN step, as written, in a clean venv that stands in for the lmsysorg/sglang
 # image: its python3 is the venv's, its sglang the stock pinned wheel (installed --no-deps: what the
 # step reads is the installed files, not the image's dependency set), its working folder holds dist/
-# where the COPY puts it. Then `pip show` carries the local label, and README.md quotes the Dockerfile
+# where the COPY puts it. Then `pip show` carries the local label, and docs/install.md quotes the Dockerfile
 # verbatim. Outside the repository; 1-3 min on a loaded 2-core machine (most of it installing sglang
 # twice), ~250 MB, removed after.
 set -euo pipefail
@@ -26,6 +26,6 @@ echo "+ $step"
 (cd "$WORK/sgl-overlay" && PATH="$WORK/venv/bin:$PATH" sh -c "$step")
 "$PY" -m pip show sglang | grep -x "Version: $(basename "${f[3]}" | cut -d- -f2)"
 
-# README.md shows the Dockerfile as it is.
-awk '/^```dockerfile$/{on=1; next} on && /^```$/{exit} on' README.md | diff - docker/Dockerfile
+# docs/install.md shows the Dockerfile as it is.
+awk '/^```dockerfile$/{on=1; next} on && /^```$/{exit} on' docs/install.md | diff - docker/Dockerfile
 echo "docker/Dockerfile's RUN step in a clean venv: ok ($((SECONDS - t0)) s)"
