@@ -16,6 +16,7 @@ import pytest
 
 from helpers import REPO_ROOT as REPO
 from sgl_overlay.manifest import load_manifest
+from sgl_overlay.series import Series
 
 MANIFEST = load_manifest(REPO / "patches")
 INSTALLED = REPO / "build" / "installed"
@@ -23,7 +24,6 @@ VENVS = {
     "sglang": REPO / ".venvs" / "sglang" / "bin" / "python",
     "sglang-kt": REPO / ".venvs" / "sglang-kt" / "bin" / "python",
 }
-RUNNER = "the DeepGEMM runner (sglang/srt/layers/moe/moe_runner/deep_gemm.py) from {}'s caller patch"
 SENT = "; the patched DeepGEMM runner sends N = 64, 72 only"
 
 
@@ -86,13 +86,20 @@ def _kt_kernel_line() -> str:
     return f"sgl_kernel 0.3.21.post2 (in kt-kernel): copy_to_gpu_no_ce has N = {lengths} only"
 
 
+def _caller_line(target: str) -> str:
+    """The start of doctor's line for the target's patch of the DeepGEMM runner (its caller of the kernel)."""
+    series = Series.read(MANIFEST.get(target))
+    (patch,) = [p for p in series.patches if any(str(t).endswith("moe_runner/deep_gemm.py") for t in p.touched())]
+    return f"{target}: {patch.subject} ("
+
+
 @pytest.mark.parametrize("target", ["sglang", "sglang-kt"])
 def test_stock_runner_lacks_the_fix(target) -> None:
     rc, lines = _doctor(target, "stock")
     assert rc == 1
     if target == "sglang-kt":  # .venvs/sglang has no sglang-kernel (it needs a CUDA driver to import)
         assert _state(lines, _kt_kernel_line()) == "MISSING", lines
-    assert any(RUNNER.format(target) in line and "[MISSING]" in line for line in lines), lines
+    assert any(_caller_line(target) in line and "[MISSING]" in line for line in lines), lines
 
 
 @pytest.mark.parametrize("target", ["sglang", "sglang-kt"])
@@ -101,5 +108,5 @@ def test_patched_runner_is_the_fix_with_the_installed_kernel(target) -> None:
     assert rc == 0, lines
     if target == "sglang-kt":
         assert _state(lines, _kt_kernel_line() + ", others raise `unexpected N`" + SENT) == "ok", lines
-    assert any(RUNNER.format(target) in line and "[ok]" in line for line in lines), lines
+    assert any(_caller_line(target) in line and "[ok]" in line for line in lines), lines
     assert not any("route:" in line or "sgl-kernel-ext" in line for line in lines), lines
