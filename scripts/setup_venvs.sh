@@ -3,6 +3,9 @@
 #   .venv            the sgl-overlay tool and pytest
 #   .venvs/<name>    one per requirements/<name>.txt (+ requirements/<name>-nodeps.txt, --no-deps)
 # A venv is rebuilt only when its requirement files change (a stamp holds their hash).
+# The test venvs are installed by uv (pinned in requirements/tool.txt) from the indexes pip is configured
+# with: both hold torch and its CUDA wheels (~5.5 GB), which uv unpacks once into .cache/uv and hard-links
+# into each venv, where pip would unpack them twice (minutes, and twice the disk).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -33,8 +36,12 @@ ensure_venv() {  # dir, stamp, install-command...
   local t0=$SECONDS
   rm -rf "$dir"
   check_free_space "$dir"
-  "${VENV_PYTHON:-$PYTHON}" -m venv "$dir"
-  "$dir/bin/python" -m pip install -q "${PIP_FLAGS[@]}" --upgrade pip
+  if [[ $dir == .venv ]]; then
+    "$PYTHON" -m venv "$dir"
+    "$dir/bin/python" -m pip install -q "${PIP_FLAGS[@]}" --upgrade pip
+  else
+    .venv/bin/uv venv -q --seed --python "$VENV_PYTHON" "$dir"
+  fi
   "$@"
   echo "$stamp" > "$dir/.stamp"
   echo "venv $dir: built in $((SECONDS - t0)) s, $(du -sh "$dir" | cut -f1)"
@@ -46,6 +53,20 @@ install_tool() { .venv/bin/python -m pip install -q "${PIP_FLAGS[@]}" -e python/
 ensure_venv .venv "$(stamp_of python/pyproject.toml requirements/tool.txt)" install_tool
 
 [[ ${1:-} == --tool-only ]] && exit 0
+
+# pip's configuration (pip.conf, PIP_* variables) as uv options: the same indexes, find-links and
+# constraints. uv reads none of pip's settings itself; the first index that has a pinned version wins,
+# so a version on this machine's disk is never downloaded.
+UV_ARGS=(--index-strategy unsafe-best-match)
+pip_setting() { .venv/bin/python -m pip config get "global.$1" 2>/dev/null || true; }
+for url in $(pip_setting index-url) ${PIP_INDEX_URL:-}; do UV_ARGS+=(--index-url "$url"); done
+for url in $(pip_setting extra-index-url) ${PIP_EXTRA_INDEX_URL:-}; do UV_ARGS+=(--extra-index-url "$url"); done
+for dir in $(pip_setting find-links) ${PIP_FIND_LINKS:-}; do UV_ARGS+=(--find-links "$dir"); done
+for file in $(pip_setting constraint) ${PIP_CONSTRAINT:-}; do UV_ARGS+=(--constraint "$file"); done
+cert=$(pip_setting cert)
+if [[ -n $cert ]]; then export SSL_CERT_FILE=${SSL_CERT_FILE:-$cert}; fi
+export UV_CACHE_DIR=${UV_CACHE_DIR:-$PWD/.cache/uv}  # beside .venvs, on one disk: hard links, not copies
+uv_install() { .venv/bin/uv pip install -q --python "$1" "${UV_ARGS[@]}" "${@:2}"; }
 want=("$@")
 for req in requirements/*.txt; do
   name=$(basename "$req" .txt)
@@ -54,8 +75,8 @@ for req in requirements/*.txt; do
   nodeps=requirements/$name-nodeps.txt
   install_target() {
     local py=.venvs/$name/bin/python
-    $py -m pip install -q "${PIP_FLAGS[@]}" -r "$req"
-    if [[ -f $nodeps ]]; then $py -m pip install -q "${PIP_FLAGS[@]}" --no-deps -r "$nodeps"; fi
+    uv_install "$py" -r "$req"
+    if [[ -f $nodeps ]]; then uv_install "$py" --no-deps -r "$nodeps"; fi
   }
   mkdir -p .venvs
   # a requirements file may name its Python version: "# python: 3.12"
