@@ -35,6 +35,10 @@ wheels-only: trees
 	$(call build_dist)
 
 test: lint venvs trees test-tool test-style test-sglang test-sglang-kt test-kernel test-wheels test-launch test-image
+# Under `make test`, the tests test-wheels runs against the installed wheels run there only: the installed files
+# are the trees' post-images byte for byte (tests/wheels), so a second run on the trees proves nothing more.
+test: SGLANG_TREE_ARGS = $(addprefix --deselect=,$(SGLANG_WHEEL_TESTS))
+test: KT_TREE_ARGS = $(addprefix --deselect=,$(KT_WHEEL_TESTS))
 
 # ruff.toml: one format and lint configuration for the tool, the tests and the benchmarks.
 LINTED := python tests benchmarks scripts/check_upstream_main.py
@@ -50,10 +54,10 @@ test-style: venvs trees
 	.venvs/sglang/bin/python $(PYTEST) tests/style
 
 test-sglang: venvs trees
-	.venvs/sglang/bin/python $(PYTEST) tests/sglang
+	.venvs/sglang/bin/python $(PYTEST) tests/sglang $(SGLANG_TREE_ARGS)
 
 test-sglang-kt: venvs trees
-	.venvs/sglang-kt/bin/python $(PYTEST) tests/sglang_kt
+	.venvs/sglang-kt/bin/python $(PYTEST) tests/sglang_kt $(KT_TREE_ARGS)
 
 # The sgl-kernel series on the trees: pins and drift, nvcc compiling the post-image (CI has no GPU: the GPU
 # tests skip; scripts/gpu_kernel.sh runs them on a GPU machine).
