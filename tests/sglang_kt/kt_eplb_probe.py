@@ -16,15 +16,11 @@ then the gloo timeout in seconds. Prints {"ranks": {rank: {"cases": [...], "erro
 """
 
 import json
-import multiprocessing as mp
-import socket
 import sys
-import time
-import traceback
-from datetime import timedelta
 
 import kt_remap_probe as probe
 import torch
+from gloo_ranks import run_ranks
 
 WORLD = 2
 LAYER = 1
@@ -85,53 +81,18 @@ def rebalance(rank, cfg):
     )
 
 
-def run_rank(rank, port, cases, timeout, queue):
-    torch.set_num_threads(1)
-    out = {"cases": [], "error": None}
-    try:
-        torch.distributed.init_process_group(
-            "gloo",
-            init_method=f"tcp://127.0.0.1:{port}",
-            rank=rank,
-            world_size=WORLD,
-            timeout=timedelta(seconds=timeout),
-        )
-        for cfg in cases:
-            out["cases"].append(rebalance(rank, cfg))
-    except Exception as exc:  # noqa: BLE001 - reported to the test
-        out["error"] = f"{type(exc).__name__}: {exc}"
-        out["traceback"] = traceback.format_exc()[-2000:]
-    queue.put((rank, out))
-
-
 def main():
     sys.path.insert(0, str(probe.STUBS))
     import kt_cpu_stubs  # noqa: F401  (must precede sglang)
     import sglang.srt.layers.moe.fused_moe_triton.layer  # noqa: F401  (imported once, before the fork)
 
     cases, timeout = json.loads(sys.argv[1]), float(sys.argv[2])
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("fork")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=run_rank, args=(r, port, cases, timeout, queue)) for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    ranks = {}
-    deadline = time.monotonic() + 2 * timeout + 30
-    while len(ranks) < WORLD and time.monotonic() < deadline:
-        try:
-            rank, out = queue.get(timeout=max(deadline - time.monotonic(), 0.1))
-        except Exception:  # noqa: BLE001 - queue.Empty: the deadline passed
-            break
-        ranks[rank] = out
-    for p in procs:
-        p.join(timeout=1)
-        if p.is_alive():
-            p.kill()
-            p.join()
-    print(json.dumps({"ranks": ranks, "hung": [r for r in range(WORLD) if r not in ranks]}))
+
+    def work(rank, out):
+        out["cases"] = [rebalance(rank, cfg) for cfg in cases]
+
+    result = run_ranks(work, WORLD, timeout, deadline=2 * timeout + 30)
+    print(json.dumps({"ranks": result["ranks"], "hung": result["hung"]}))
 
 
 if __name__ == "__main__":

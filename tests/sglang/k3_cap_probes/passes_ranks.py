@@ -29,12 +29,8 @@ mode: {"ranks": {rank: {"rounds": [{"layout", "rows", "layers": {"k3" | "shared"
 """
 
 import json
-import multiprocessing as mp
 import random
-import socket
 import sys
-import time
-import traceback
 import warnings
 from datetime import timedelta
 from pathlib import Path
@@ -44,6 +40,7 @@ warnings.filterwarnings("ignore")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
+from gloo_ranks import run_ranks  # noqa: E402
 from mega_moe_standin import StandIn, batch, expected, k3_moe, shared_forward  # noqa: E402
 from sglang.srt.environ import envs  # noqa: E402
 from sglang.srt.layers import dp_attention  # noqa: E402
@@ -110,90 +107,54 @@ def run_layer(forward, standin, x, topk, scale):
     }
 
 
-def run_rank(rank, port, mode, timeout, queue):
-    torch.set_num_threads(1)
-    out = {"rounds": [], "row_reductions": 0, "error": None}
-    try:
-        torch.distributed.init_process_group(
-            "gloo",
-            init_method=f"tcp://127.0.0.1:{port}",
-            rank=rank,
-            world_size=WORLD,
-            timeout=timedelta(seconds=timeout),
-        )
-        cpu_group = torch.distributed.new_group(backend="gloo", timeout=timedelta(seconds=timeout))
-        all_reduce = torch.distributed.all_reduce
+def run_rank(rank, out, mode, timeout):
+    out.update(rounds=[], row_reductions=0)
+    cpu_group = torch.distributed.new_group(backend="gloo", timeout=timedelta(seconds=timeout))
+    all_reduce = torch.distributed.all_reduce
 
-        def counted_all_reduce(tensor, *args, group=None, **kwargs):
-            out["row_reductions"] += group is cpu_group
-            return all_reduce(tensor, *args, group=group, **kwargs)
+    def counted_all_reduce(tensor, *args, group=None, **kwargs):
+        out["row_reductions"] += group is cpu_group
+        return all_reduce(tensor, *args, group=group, **kwargs)
 
-        torch.distributed.all_reduce = counted_all_reduce
-        if mode == "trust-local":
-            mega_moe.mega_moe_max_rows = trust_local_rows
-        get_flags().moe.a2a_backend = MoeA2ABackend.MEGAMOE
-        assert get_moe_a2a_backend().is_megamoe()
-        standin = StandIn(CAP, group=torch.distributed.group.WORLD)
-        standin.install()
-        envs.SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK.set(CAP)
-        moe = k3_moe()
-        scale = moe.routed_scaling_factor
-        layers = {"k3": moe._forward_mega_experts, "shared": lambda x, t: shared_forward(x, t, scale)}
-        for i, (layout, fields, counts, rows) in enumerate(plan()):
-            if counts is not None:
-                dp_rank = rank // fields["attn_tp_size"]
-                published = [counts[dp_rank]] if layout == "dp4_local" else list(counts)
-                dp_attention.set_dp_buffer_len(sum(published), counts[dp_rank], False, published)
-            a = fields["attn_tp_size"]
-            with get_parallel().override(
-                tp_size=WORLD,
-                attn_cp_size=1,
-                moe_ep_size=WORLD,
-                moe_ep_group=SimpleNamespace(device_group=None, cpu_group=cpu_group),
-                attn_tp_group=SimpleNamespace(world_size=a),
-                **fields,
-            ):
-                x, topk = batch(rows[rank], seed=1000 * i + rank)
-                result = {"layout": layout, "rows": rows[rank], "layers": {}}
-                out["rounds"].append(result)
-                for name, forward in layers.items():
-                    result["layers"][name] = run_layer(forward, standin, x, topk, scale)
-    except Exception as exc:  # noqa: BLE001 - reported to the test
-        out["error"] = f"{type(exc).__name__}: {exc}"
-        out["traceback"] = traceback.format_exc()[-2000:]
-    queue.put((rank, out))
+    torch.distributed.all_reduce = counted_all_reduce
+    if mode == "trust-local":
+        mega_moe.mega_moe_max_rows = trust_local_rows
+    get_flags().moe.a2a_backend = MoeA2ABackend.MEGAMOE
+    assert get_moe_a2a_backend().is_megamoe()
+    standin = StandIn(CAP, group=torch.distributed.group.WORLD)
+    standin.install()
+    envs.SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK.set(CAP)
+    moe = k3_moe()
+    scale = moe.routed_scaling_factor
+    layers = {"k3": moe._forward_mega_experts, "shared": lambda x, t: shared_forward(x, t, scale)}
+    for i, (layout, fields, counts, rows) in enumerate(plan()):
+        if counts is not None:
+            dp_rank = rank // fields["attn_tp_size"]
+            published = [counts[dp_rank]] if layout == "dp4_local" else list(counts)
+            dp_attention.set_dp_buffer_len(sum(published), counts[dp_rank], False, published)
+        a = fields["attn_tp_size"]
+        with get_parallel().override(
+            tp_size=WORLD,
+            attn_cp_size=1,
+            moe_ep_size=WORLD,
+            moe_ep_group=SimpleNamespace(device_group=None, cpu_group=cpu_group),
+            attn_tp_group=SimpleNamespace(world_size=a),
+            **fields,
+        ):
+            x, topk = batch(rows[rank], seed=1000 * i + rank)
+            result = {"layout": layout, "rows": rows[rank], "layers": {}}
+            out["rounds"].append(result)
+            for name, forward in layers.items():
+                result["layers"][name] = run_layer(forward, standin, x, topk, scale)
 
 
-def run_ranks(mode: str, timeout: float) -> dict:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("fork")
-    queue = ctx.Queue()
-    start = time.monotonic()
-    procs = [ctx.Process(target=run_rank, args=(r, port, mode, timeout, queue)) for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    ranks = {}
-    deadline = start + 4 * timeout + 30
-    while len(ranks) < WORLD and time.monotonic() < deadline:
-        try:
-            rank, out = queue.get(timeout=max(deadline - time.monotonic(), 0.1))
-        except Exception:  # noqa: BLE001 - queue.Empty: the join deadline passed
-            break
-        ranks[rank] = out
-    for p in procs:
-        p.join(timeout=1)
-        if p.is_alive():
-            p.kill()
-            p.join()
-    hung = [r for r in range(WORLD) if r not in ranks]
-    return {"ranks": ranks, "hung": hung, "seconds": time.monotonic() - start}
+def run_mode(mode: str, timeout: float) -> dict:
+    return run_ranks(lambda rank, out: run_rank(rank, out, mode, timeout), WORLD, timeout, deadline=4 * timeout + 30)
 
 
 def main():
     *modes, timeout = sys.argv[1:]
-    print(json.dumps({"plan": plan(), **{mode: run_ranks(mode, float(timeout)) for mode in modes}}))
+    print(json.dumps({"plan": plan(), **{mode: run_mode(mode, float(timeout)) for mode in modes}}))
 
 
 if __name__ == "__main__":
