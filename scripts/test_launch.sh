@@ -5,10 +5,10 @@
 # --help` imports beside the real dependencies.
 # ~11 GB (torch 2.14.1 CUDA build, flashinfer, cutlass-dsl, ...), of which ~1.6 GB come from PyPI and the
 # rest from this machine's local wheel store; 7-11 min on a loaded 2-core machine. The venv's pip is
-# upgraded first, as scripts/setup_venvs.sh does (its cache then serves what the test venvs already
-# downloaded), and nothing is byte-compiled at install (PIP_COMPILE=no; pip reads PIP_NO_COMPILE=1 as
-# compile=1): the commands run as written, and doctor's imports write the bytecode of what they load, which
-# the launch command's then reuse (PYTHONDONTWRITEBYTECODE is unset, as on a user's machine).
+# upgraded first, as a user's would be, and nothing is byte-compiled at install (PIP_COMPILE=no; pip reads
+# PIP_NO_COMPILE=1 as compile=1): the commands run as written, and doctor's imports write the bytecode of
+# what they load, which the launch command's then reuse (PYTHONDONTWRITEBYTECODE is unset, as on a user's
+# machine).
 set -euo pipefail
 export PIP_COMPILE=no
 unset PYTHONDONTWRITEBYTECODE
