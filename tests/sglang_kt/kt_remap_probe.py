@@ -109,6 +109,8 @@ def run_case(cfg):
             result.update(decode_slots(moe.w13_weight.data, moe.w2_weight.data))
         if cfg.get("dynamic_update"):
             result.update(dynamic_update(moe, cfg))
+        if cfg.get("route"):
+            result.update(route(moe, layer_id))
         result["physical_to_logical"] = physical_to_logical
     finally:
         if freq_file:
@@ -177,7 +179,7 @@ def make_server_args(cfg, num_layers, first_moe_layer, freq_file):
         device="cpu",
         ep_size=cfg.get("ep_size", 1),
         nnodes=1,
-        ep_num_redundant_experts=0,
+        ep_num_redundant_experts=cfg.get("redundant", 0),
         eplb_algorithm="auto",
         enable_deterministic_inference=False,
         # initialize_moe_config() reads these; the runner backend picks the NVFP4 branch.
@@ -360,6 +362,42 @@ def dynamic_update(moe, cfg):
     return out
 
 
+def route(moe, layer_id):
+    """Where routing sends every logical expert of the layer on this rank: the physical
+    expert the real static dispatch map picks (compute_logical_to_rank_dispatch_physical_map;
+    --init-expert-location sets --ep-dispatch-algorithm static), then the GPU slot the
+    real KTEPWrapperMethod.apply computes for it (mask_and_remap_expert_ids, run
+    eagerly: compiled on a GPU, an id past the mask is a device-side assert there).
+    Also the expert count the CPU-expert engine is built with, next to the mask length."""
+    from sglang.srt.eplb import expert_location
+    from sglang.srt.layers.moe import kt_ep_wrapper
+    from sglang.srt.server_args import get_global_server_args
+
+    meta = expert_location.get_global_expert_location_metadata()
+    server_args = get_global_server_args()
+    dispatch = expert_location.compute_logical_to_rank_dispatch_physical_map(
+        server_args=server_args,
+        logical_to_all_physical_map=meta.logical_to_all_physical_map_cpu,
+        ep_size=server_args.ep_size,
+        num_physical_experts=meta.num_physical_experts,
+        ep_rank=moe.moe_ep_rank,
+    )[layer_id]
+    method = moe.quant_method
+    remap = kt_ep_wrapper.mask_and_remap_expert_ids._torchdynamo_orig_callable
+    routes = []
+    for physical in dispatch.tolist():
+        local = physical - moe.moe_ep_rank * moe.num_local_experts
+        try:
+            slot = int(remap(torch.tensor([[local]]), method.gpu_experts_mask, method.logical_to_gpu_index))
+        except IndexError as exc:
+            slot = f"{type(exc).__name__}: {exc}"
+        routes.append({"physical": physical, "slot": slot})
+    return {
+        "routes": routes,
+        "cpu_engine_num_experts": None if method.wrapper is None else method.wrapper.num_experts,
+    }
+
+
 def nvfp4_quant_config():
     """The real ModelOptFp4Config (the checkpoint format NVFP4 serving loads)."""
     import kt_cpu_stubs
@@ -375,8 +413,12 @@ def nvfp4_quant_config():
 def quant_config(cfg):
     if cfg.get("modelopt"):
         return nvfp4_quant_config()
-    if cfg.get("loader") == "mxfp4":
+    if cfg.get("loader") in ("mxfp4", "gpt_oss_mxfp4"):
+        import kt_cpu_stubs
         from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
+
+        # gpt-oss moves every checkpoint tensor with `.cuda()` before narrowing it.
+        kt_cpu_stubs.keep_cuda_copies_on_cpu()
 
         return Mxfp4Config(is_checkpoint_mxfp4_serialized=True)  # gpt-oss checkpoints
     return None
@@ -388,7 +430,8 @@ def build_moe(cfg, layer_id):
     assert (layer_mod.get_global_expert_location_metadata() is None) == (cfg["path"] == "none")
     shared = cfg.get("num_fused_shared_experts", 0)
     moe = layer_mod.FusedMoE(
-        num_experts=cfg["num_routed_experts"] + shared,
+        # As the models build it: routed + --ep-num-redundant-experts (+ fused shared).
+        num_experts=cfg["num_routed_experts"] + cfg.get("redundant", 0) + shared,
         hidden_size=cfg.get("hidden_size", 8),
         intermediate_size=cfg.get("intermediate_size", 8),
         layer_id=layer_id,
@@ -400,6 +443,8 @@ def build_moe(cfg, layer_id):
         use_weight_loader_fused=cfg.get("loader") == "fused",
     )
     plain = "ModelOptNvFp4FusedMoEMethod" if cfg.get("modelopt") else "UnquantizedFusedMoEMethod"
+    if cfg.get("loader") == "gpt_oss_mxfp4":
+        plain = "Mxfp4MoEMethod"
     expected = "KTEPWrapperMethod" if cfg.get("kt", True) else plain
     assert type(moe.quant_method).__name__ == expected, type(moe.quant_method)
     return moe
@@ -418,7 +463,7 @@ def load_experts(moe, cfg, layer_id):
     prefix = f"model.layers.{layer_id}.mlp.experts"
     hidden, inter = cfg.get("hidden_size", 8), cfg.get("intermediate_size", 8)
     calls = 0
-    for expert in range(moe.num_experts):
+    for expert in range(moe.num_experts - cfg.get("redundant", 0)):  # the checkpoint's experts
         for shard in ("w1", "w3", "w2"):
             pname = "w2" if shard == "w2" else "w13"
             if cfg.get("modelopt"):
@@ -443,7 +488,10 @@ def load_all_experts_at_once(moe, cfg, layer_id, loader):
     weight_loader(expert_id=None) with the MXFP4 config (its static branch). A
     RuntimeError from the loader is reported, not raised."""
     prefix = f"model.layers.{layer_id}.mlp.experts"
-    result = describe(moe, 2)
+    result = describe(moe, 2) if cfg.get("kt", True) else {"num_local_experts": moe.num_local_experts}
+    if loader == "gpt_oss_mxfp4":
+        result.update(load_gpt_oss_mxfp4(moe, cfg, prefix))
+        return result
     try:
         for pname in ("w13", "w2"):
             param = getattr(moe, f"{pname}_weight")
@@ -464,6 +512,57 @@ def load_all_experts_at_once(moe, cfg, layer_id, loader):
             for k in range(moe.w13_weight.shape[0])
         ]
     return result
+
+
+GPT_OSS_MXFP4 = {  # checkpoint name -> (layer parameter, shape of one expert's tensor from (hidden, inter))
+    "gate_up_proj_blocks": ("w13_weight", lambda h, i: (2 * i, h // 32, 16)),
+    "down_proj_blocks": ("w2_weight", lambda h, i: (h, i // 32, 16)),
+    "gate_up_proj_scales": ("w13_weight_scale", lambda h, i: (2 * i, h // 32)),
+    "down_proj_scales": ("w2_weight_scale", lambda h, i: (h, i // 32)),
+    "gate_up_proj_bias": ("w13_weight_bias", lambda h, i: (2 * i,)),
+    "down_proj_bias": ("w2_weight_bias", lambda h, i: (h,)),
+}
+
+
+def load_gpt_oss_mxfp4(moe, cfg, prefix):
+    """The layer's MXFP4 expert tensors as a gpt-oss checkpoint holds them (every
+    expert, logical order; every byte and bias value of expert e is e + 1) through the
+    real GptOssForCausalLM._load_mxfp4_experts_weights, which cuts them for this rank
+    and calls weight_loader(expert_id=None). Reports, per slot, the expert each tensor
+    of the slot holds ("unwritten" / "mixed:..." otherwise)."""
+    from sglang.srt.models.gpt_oss import GptOssForCausalLM
+
+    experts = cfg["num_routed_experts"]
+    hidden, inter = cfg.get("hidden_size", 8), cfg.get("intermediate_size", 8)
+    weights = []
+    for name, (_, shape) in GPT_OSS_MXFP4.items():
+        dtype = torch.bfloat16 if name.endswith("bias") else torch.uint8
+        one = shape(hidden, inter)
+        value = (torch.arange(experts) + 1).to(dtype).view(-1, *[1] * len(one))
+        weights.append((f"{prefix}.{name}", value.expand(experts, *one).clone()))
+    params = [(f"{prefix}.{name}", p) for name, p in moe.named_parameters()]
+    model = SimpleNamespace(  # what the loader reads of the model
+        named_parameters=lambda: iter(params),
+        config=SimpleNamespace(intermediate_size=inter, num_local_experts=experts),
+    )
+    try:
+        GptOssForCausalLM._load_mxfp4_experts_weights(model, weights)
+    except RuntimeError as exc:
+        return {"error": str(exc).splitlines()[0]}
+    names = [param for param, _ in GPT_OSS_MXFP4.values()]
+    rows = getattr(moe, names[0]).shape[0]
+    return {
+        "num_slots": rows,
+        "slot_tensors": [{n: written_expert(getattr(moe, n).data[k]) for n in names} for k in range(rows)],
+    }
+
+
+def written_expert(row):
+    """The expert a slot's tensor holds where the checkpoint wrote it (padding stays 0)."""
+    values = [v for v in row.float().unique().tolist() if v > 0]
+    if len(values) == 1 and bool((row.float() != SENTINEL).all()):
+        return int(values[0]) - 1
+    return "unwritten" if not values else f"mixed:{values[:4]}"
 
 
 def fused_weight(moe, cfg, pname):
