@@ -109,6 +109,8 @@ def run_case(cfg):
             result.update(decode_slots(moe.w13_weight.data, moe.w2_weight.data))
         if cfg.get("dynamic_update"):
             result.update(dynamic_update(moe, cfg))
+        if cfg.get("full_prefill"):
+            result.update(full_gpu_prefill(moe))
         if cfg.get("route"):
             result.update(route(moe, layer_id))
         result["physical_to_logical"] = physical_to_logical
@@ -169,7 +171,7 @@ def make_server_args(cfg, num_layers, first_moe_layer, freq_file):
         kt_gpu_experts_ratio=None,
         kt_expert_placement_strategy=("uniform" if cfg["strategy"] == "explicit" else cfg["strategy"]),
         kt_max_deferred_experts_per_token=None,
-        kt_gpu_prefill_token_threshold=None,
+        kt_gpu_prefill_token_threshold=cfg.get("prefill_threshold"),
         kt_enable_dynamic_expert_update=cfg.get("dynamic_update", False),
         kt_expert_lora_path=None,
         init_expert_location=freq_file or "trivial",
@@ -362,6 +364,39 @@ def dynamic_update(moe, cfg):
     return out
 
 
+def full_gpu_prefill(moe):
+    """The full-GPU prefill path (--kt-gpu-prefill-token-threshold) of an NVFP4 layer:
+    the real SharedFullContext (its host buffers and the KT transfer not built: they
+    need the CPU-expert engine), every float parameter of its full layer marked
+    unwritten (NaN), then the real process_weights_after_loading that apply() runs on
+    it. Reports the parameters its load transfers (ctx.weight_names), those it
+    transfers none of, and, per expert, the scales its g1/g2_alphas and input-scale
+    quant are made of ("nan": an unwritten one)."""
+    from sglang.srt.layers.moe import kt_ep_wrapper
+
+    method = moe.quant_method
+    ctx = kt_ep_wrapper.SharedFullContext(
+        layer=moe,
+        init_args=method._full_init_args,
+        global_num_experts=method.global_num_experts,
+        moe_runner_config=moe.moe_runner_config,
+        defer_cpu_buffers=True,
+    )
+    full = ctx.gpu_layer
+    fill_sentinel(full, float("nan"))
+    transferred = list(ctx.weight_names)
+    scale_names = sorted(n for n, p in full.named_parameters() if n not in transferred and p.dtype == torch.float32)
+    ctx.gpu_method.process_weights_after_loading(full)
+    out = {"full_transferred": transferred, "full_not_transferred": scale_names}
+    for gemm, shard, alphas in (("w13", "w1", full.g1_alphas), ("w2", "w2", full.g2_alphas)):
+        quant = getattr(full, f"{gemm}_input_scale_quant").data
+        out[f"full_{gemm}_experts"] = [
+            decode_nvfp4_slot(float(alphas[k]), float(quant[k] if quant.numel() > 1 else quant), shard)
+            for k in range(full.num_experts)
+        ]
+    return out
+
+
 def route(moe, layer_id):
     """Where routing sends every logical expert of the layer on this rank: the physical
     expert the real static dispatch map picks (compute_logical_to_rank_dispatch_physical_map;
@@ -491,6 +526,8 @@ def load_all_experts_at_once(moe, cfg, layer_id, loader):
     result = describe(moe, 2) if cfg.get("kt", True) else {"num_local_experts": moe.num_local_experts}
     if loader == "gpt_oss_mxfp4":
         result.update(load_gpt_oss_mxfp4(moe, cfg, prefix))
+        if cfg.get("dynamic_update"):
+            result.update(dynamic_update_mxfp4(moe, cfg))
         return result
     try:
         for pname in ("w13", "w2"):
@@ -554,6 +591,40 @@ def load_gpt_oss_mxfp4(moe, cfg, prefix):
     return {
         "num_slots": rows,
         "slot_tensors": [{n: written_expert(getattr(moe, n).data[k]) for n in names} for k in range(rows)],
+    }
+
+
+def dynamic_update_mxfp4(moe, cfg):
+    """One dynamic-update step (as dynamic_update()) on a gpt-oss MXFP4 layer: the real
+    SharedFullContext, its full layer filled as its load fills it (the tensors of
+    ctx.weight_names take every expert's checkpoint values, expert e: e + 1; the others
+    stay as created), then the real _update_gpu_experts_from_batch. Reports what the
+    context loads and what each GPU slot's tensors then hold."""
+    from sglang.srt.layers.moe import kt_ep_wrapper
+
+    method = moe.quant_method
+    ctx = kt_ep_wrapper.SharedFullContext(
+        layer=moe,
+        init_args=method._full_init_args,
+        global_num_experts=method.global_num_experts,
+        moe_runner_config=moe.moe_runner_config,
+        defer_cpu_buffers=True,
+    )
+    loaded = list(ctx.weight_names)
+    for name in loaded:
+        t = getattr(ctx.gpu_layer, name).data
+        t.copy_((torch.arange(t.shape[0]) + 1).to(t.dtype).view(-1, *[1] * (t.dim() - 1)).expand_as(t))
+    top = cfg["batch_experts"]
+    topk_ids = torch.tensor([top[: len(top) // 2] * 3, top[len(top) // 2 :] * 3]).view(-1, 2)
+    dispatch_output = SimpleNamespace(topk_output=SimpleNamespace(topk_ids=topk_ids))
+    method._update_gpu_experts_from_batch(layer=moe, ctx=ctx, dispatch_output=dispatch_output)
+    names = [param for param, _ in GPT_OSS_MXFP4.values()]
+    return {
+        "full_loaded": loaded,
+        "updated_gpu_index_to_logical": [int(i) for i in method.gpu_index_to_logical],
+        "updated_slot_tensors": [
+            {n: written_expert(getattr(moe, n).data[k]) for n in names} for k in range(method.num_gpu_experts)
+        ],
     }
 
 

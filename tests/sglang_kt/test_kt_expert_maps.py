@@ -52,6 +52,17 @@ EPLB_LINE = (
     "--enable-eplb; place GPU experts with --kt-expert-placement-strategy, or fix a placement with "
     "--init-expert-location."
 )
+FULL_PREFILL_NVFP4_LINE = (
+    "--kt-gpu-prefill-token-threshold does not support NVFP4 (modelopt_fp4) GPU experts: the full-GPU "
+    "prefill layer loads BF16, FP8 or INT4 tensors, not NVFP4's input scales and weight_scale_2, so every "
+    "expert computes with unloaded scales. Drop --kt-gpu-prefill-token-threshold; prefill then runs on the "
+    "hybrid CPU/GPU path."
+)
+MXFP4_PREFILL_LINE = (
+    "--kt-gpu-prefill-token-threshold does not support MXFP4 (gpt-oss) GPU experts: the full-GPU prefill "
+    "layer loads their weights and scales but not their biases, and a dynamic expert update does not move "
+    "the biases either. Drop --kt-gpu-prefill-token-threshold; prefill then runs on the hybrid CPU/GPU path."
+)
 REDUNDANT_LINE = (
     "--ep-num-redundant-experts does not support KTransformers experts (--kt-weight-path): the KT "
     "GPU-expert masks and the CPU experts cover the model's logical experts, not redundant physical "
@@ -136,6 +147,24 @@ def _move_cases():
     return {
         "dynamic/bf16": dyn,
         "dynamic/nvfp4": dict(dyn, **NVFP4, moe_runner_backend="auto"),
+        "dynamic/mxfp4": dict(
+            dyn,
+            loader="gpt_oss_mxfp4",
+            hidden_size=64,
+            intermediate_size=64,
+            prefill_threshold=512,
+        ),
+        "full_prefill/nvfp4": dict(
+            NVFP4,
+            gpu_experts=[1, 4, 6],
+            path="none",
+            moe_runner_backend="auto",
+            prefill_threshold=512,
+            full_prefill=True,
+        ),
+        "full_prefill/bf16": dict(
+            num_routed_experts=E, strategy="explicit", gpu_experts=[1, 4, 6], path="none", prefill_threshold=512
+        ),
         "server_args/eplb_kt": dict(server_args=kt_eplb),
         "server_args/eplb": dict(server_args=dict(tp_size=2, ep_size=2, enable_eplb=True)),
         "server_args/kt_mapfile": dict(
@@ -426,6 +455,52 @@ def test_dynamic_update(results):
     assert results["patched"]["dynamic/nvfp4"] == {"refused": DYNAMIC_NVFP4_LINE}
 
 
+def mxfp4_bias_mismatches(res):
+    """Slots whose biases are another expert's than their weights and scales."""
+    mismatches = 0
+    for tensors in res.get("updated_slot_tensors", []):
+        weights = {e for n, e in tensors.items() if not n.endswith("_bias")}
+        biases = {e for n, e in tensors.items() if n.endswith("_bias")}
+        mismatches += len(weights) != 1 or biases != weights
+    return mismatches
+
+
+def test_dynamic_update_mxfp4_moves_no_biases(results):
+    """Stock: the full-GPU layer of a gpt-oss MXFP4 layer loads the four tensors of the
+    FP8 per-channel layout the context detects (no biases), and the update moves the
+    weights and scales of experts 2, 5, 7 into the slots but leaves every slot the biases
+    of the expert it held. Patched: the threshold is refused at startup with MXFP4."""
+    stock = results["stock"]["dynamic/mxfp4"]
+    assert stock["full_loaded"] == ["w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale"]
+    assert stock["updated_gpu_index_to_logical"] == [2, 5, 7]
+    for slot, expert in zip(stock["updated_slot_tensors"], (2, 5, 7)):
+        assert {e for n, e in slot.items() if not n.endswith("_bias")} == {expert}
+    assert mxfp4_bias_mismatches(stock) == 3
+    assert results["patched"]["dynamic/mxfp4"] == {"refused": MXFP4_PREFILL_LINE}
+
+
+def test_full_gpu_prefill_nvfp4(results):
+    """Stock: the full-GPU prefill layer of an NVFP4 layer is loaded with the four
+    tensors of the FP8 per-channel layout the context detects; NVFP4's input scales and
+    weight_scale_2 (torch.empty at creation) are never written, so every expert's
+    g1/g2_alphas and input-scale quant are made of unwritten values. Patched: refused
+    at startup; BF16 with the threshold stays accepted."""
+    stock = results["stock"]["full_prefill/nvfp4"]
+    assert stock["full_transferred"] == ["w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale"]
+    assert stock["full_not_transferred"] == [
+        "w13_input_scale",
+        "w13_weight_scale_2",
+        "w2_input_scale",
+        "w2_weight_scale_2",
+    ]
+    for gemm in ("w13", "w2"):
+        assert stock[f"full_{gemm}_experts"] == [{"input_scale": "nan", "weight_scale_2": "nan"}] * E
+    assert results["patched"]["full_prefill/nvfp4"] == {"refused": FULL_PREFILL_NVFP4_LINE}
+    for label in ("stock", "patched"):
+        assert "refused" not in results[label]["full_prefill/bf16"]
+        assert results[label]["full_prefill/bf16"]["gpu_index_to_logical"] == [1, 4, 6]
+
+
 def test_report(results, rebalanced, capsys):
     """The closing note's numbers (printed; pytest -s shows them)."""
     nvfp4 = {label: sum(nvfp4_wrong_slots(results[label][n], CASES[n]) for n in _names("nvfp4/")) for label in results}
@@ -433,11 +508,22 @@ def test_report(results, rebalanced, capsys):
     crashed = sum("error" in results["stock"][n] for n in _names("fused/"))
     mxfp4 = {label: sum(mxfp4_wrong_slots(results[label][n], CASES[n]) for n in _names("mxfp4/")) for label in results}
     past = {label: sum(len(routes_past_the_mask(results[label][n])) for n in _names("redundant/")) for label in results}
+    bias = {label: mxfp4_bias_mismatches(results[label]["dynamic/mxfp4"]) for label in results}
+    full = {
+        label: sum(
+            s["input_scale"] == "nan"
+            for g in ("w13", "w2")
+            for s in results[label]["full_prefill/nvfp4"].get(f"full_{g}_experts", [])
+        )
+        for label in results
+    }
     with capsys.disabled():
         print(
             f"\nnvfp4 cases {len(_names('nvfp4/'))} wrong slots {nvfp4}; fused cases {len(_names('fused/'))} "
             f"wrong slots {fused} (stock raised in {crashed}); gpt-oss mxfp4 cases {len(_names('mxfp4/'))} "
-            f"wrong slots {mxfp4}; redundant-expert routes past the KT mask {past}"
+            f"wrong slots {mxfp4}; redundant-expert routes past the KT mask {past}; NVFP4 full-GPU prefill "
+            f"expert GEMMs on unwritten scales {full} (patched refuses); MXFP4 dynamic-update slots with "
+            f"another expert's biases {bias}"
         )
     assert nvfp4["patched"] == fused["patched"] == mxfp4["patched"] == 0
 
