@@ -23,6 +23,12 @@ the GPU-expert mask (kt-kernel's engine has one, which a dynamic update rewrites
 the dynamic-update step the real ``SharedFullContext`` is built without its host
 buffers and its full layer is filled from the checkpoint instead of through the KT
 engine's transfer (both need the CPU-expert engine), which is not the code under test.
+For NVFP4 full-GPU prefill the full layer is not filled at all: what its load would
+transfer is read from the real ``SharedFullContext.weight_names``, everything else is
+marked unwritten (NaN). gpt-oss MXFP4 goes through the real
+``GptOssForCausalLM._load_mxfp4_experts_weights`` (the model object stands in with its
+parameters and config only). Redundant experts: routing is the real static dispatch
+map and the real ``mask_and_remap_expert_ids`` run eagerly (it is compiled on a GPU).
 """
 
 import json
