@@ -109,6 +109,10 @@ def run_case(cfg):
             result.update(decode_slots(moe.w13_weight.data, moe.w2_weight.data))
         if cfg.get("dynamic_update"):
             result.update(dynamic_update(moe, cfg))
+        if cfg.get("full_prefill"):
+            result.update(full_gpu_prefill(moe))
+        if cfg.get("route"):
+            result.update(route(moe, layer_id))
         result["physical_to_logical"] = physical_to_logical
     finally:
         if freq_file:
@@ -167,7 +171,7 @@ def make_server_args(cfg, num_layers, first_moe_layer, freq_file):
         kt_gpu_experts_ratio=None,
         kt_expert_placement_strategy=("uniform" if cfg["strategy"] == "explicit" else cfg["strategy"]),
         kt_max_deferred_experts_per_token=None,
-        kt_gpu_prefill_token_threshold=None,
+        kt_gpu_prefill_token_threshold=cfg.get("prefill_threshold"),
         kt_enable_dynamic_expert_update=cfg.get("dynamic_update", False),
         kt_expert_lora_path=None,
         init_expert_location=freq_file or "trivial",
@@ -177,7 +181,7 @@ def make_server_args(cfg, num_layers, first_moe_layer, freq_file):
         device="cpu",
         ep_size=cfg.get("ep_size", 1),
         nnodes=1,
-        ep_num_redundant_experts=0,
+        ep_num_redundant_experts=cfg.get("redundant", 0),
         eplb_algorithm="auto",
         enable_deterministic_inference=False,
         # initialize_moe_config() reads these; the runner backend picks the NVFP4 branch.
@@ -360,6 +364,75 @@ def dynamic_update(moe, cfg):
     return out
 
 
+def full_gpu_prefill(moe):
+    """The full-GPU prefill path (--kt-gpu-prefill-token-threshold) of an NVFP4 layer:
+    the real SharedFullContext (its host buffers and the KT transfer not built: they
+    need the CPU-expert engine), every float parameter of its full layer marked
+    unwritten (NaN), then the real process_weights_after_loading that apply() runs on
+    it. Reports the parameters its load transfers (ctx.weight_names), those it
+    transfers none of, and, per expert, the scales its g1/g2_alphas and input-scale
+    quant are made of ("nan": an unwritten one)."""
+    from sglang.srt.layers.moe import kt_ep_wrapper
+
+    method = moe.quant_method
+    ctx = kt_ep_wrapper.SharedFullContext(
+        layer=moe,
+        init_args=method._full_init_args,
+        global_num_experts=method.global_num_experts,
+        moe_runner_config=moe.moe_runner_config,
+        defer_cpu_buffers=True,
+    )
+    full = ctx.gpu_layer
+    fill_sentinel(full, float("nan"))
+    transferred = list(ctx.weight_names)
+    scale_names = sorted(n for n, p in full.named_parameters() if n not in transferred and p.dtype == torch.float32)
+    ctx.gpu_method.process_weights_after_loading(full)
+    out = {"full_transferred": transferred, "full_not_transferred": scale_names}
+    for gemm, shard, alphas in (("w13", "w1", full.g1_alphas), ("w2", "w2", full.g2_alphas)):
+        quant = getattr(full, f"{gemm}_input_scale_quant").data
+        out[f"full_{gemm}_experts"] = [
+            decode_nvfp4_slot(float(alphas[k]), float(quant[k] if quant.numel() > 1 else quant), shard)
+            for k in range(full.num_experts)
+        ]
+    return out
+
+
+def route(moe, layer_id):
+    """Where routing sends every logical expert of the layer on this rank: the physical
+    expert the real static dispatch map picks (compute_logical_to_rank_dispatch_physical_map;
+    --init-expert-location sets --ep-dispatch-algorithm static), then the GPU slot the
+    real KTEPWrapperMethod.apply computes for it (mask_and_remap_expert_ids, run
+    eagerly: compiled on a GPU, an id past the mask is a device-side assert there).
+    Also the expert count the CPU-expert engine is built with, next to the mask length."""
+    from sglang.srt.eplb import expert_location
+    from sglang.srt.layers.moe import kt_ep_wrapper
+    from sglang.srt.server_args import get_global_server_args
+
+    meta = expert_location.get_global_expert_location_metadata()
+    server_args = get_global_server_args()
+    dispatch = expert_location.compute_logical_to_rank_dispatch_physical_map(
+        server_args=server_args,
+        logical_to_all_physical_map=meta.logical_to_all_physical_map_cpu,
+        ep_size=server_args.ep_size,
+        num_physical_experts=meta.num_physical_experts,
+        ep_rank=moe.moe_ep_rank,
+    )[layer_id]
+    method = moe.quant_method
+    remap = kt_ep_wrapper.mask_and_remap_expert_ids._torchdynamo_orig_callable
+    routes = []
+    for physical in dispatch.tolist():
+        local = physical - moe.moe_ep_rank * moe.num_local_experts
+        try:
+            slot = int(remap(torch.tensor([[local]]), method.gpu_experts_mask, method.logical_to_gpu_index))
+        except IndexError as exc:
+            slot = f"{type(exc).__name__}: {exc}"
+        routes.append({"physical": physical, "slot": slot})
+    return {
+        "routes": routes,
+        "cpu_engine_num_experts": None if method.wrapper is None else method.wrapper.num_experts,
+    }
+
+
 def nvfp4_quant_config():
     """The real ModelOptFp4Config (the checkpoint format NVFP4 serving loads)."""
     import kt_cpu_stubs
@@ -375,8 +448,12 @@ def nvfp4_quant_config():
 def quant_config(cfg):
     if cfg.get("modelopt"):
         return nvfp4_quant_config()
-    if cfg.get("loader") == "mxfp4":
+    if cfg.get("loader") in ("mxfp4", "gpt_oss_mxfp4"):
+        import kt_cpu_stubs
         from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
+
+        # gpt-oss moves every checkpoint tensor with `.cuda()` before narrowing it.
+        kt_cpu_stubs.keep_cuda_copies_on_cpu()
 
         return Mxfp4Config(is_checkpoint_mxfp4_serialized=True)  # gpt-oss checkpoints
     return None
@@ -388,7 +465,8 @@ def build_moe(cfg, layer_id):
     assert (layer_mod.get_global_expert_location_metadata() is None) == (cfg["path"] == "none")
     shared = cfg.get("num_fused_shared_experts", 0)
     moe = layer_mod.FusedMoE(
-        num_experts=cfg["num_routed_experts"] + shared,
+        # As the models build it: routed + --ep-num-redundant-experts (+ fused shared).
+        num_experts=cfg["num_routed_experts"] + cfg.get("redundant", 0) + shared,
         hidden_size=cfg.get("hidden_size", 8),
         intermediate_size=cfg.get("intermediate_size", 8),
         layer_id=layer_id,
@@ -400,6 +478,8 @@ def build_moe(cfg, layer_id):
         use_weight_loader_fused=cfg.get("loader") == "fused",
     )
     plain = "ModelOptNvFp4FusedMoEMethod" if cfg.get("modelopt") else "UnquantizedFusedMoEMethod"
+    if cfg.get("loader") == "gpt_oss_mxfp4":
+        plain = "Mxfp4MoEMethod"
     expected = "KTEPWrapperMethod" if cfg.get("kt", True) else plain
     assert type(moe.quant_method).__name__ == expected, type(moe.quant_method)
     return moe
@@ -418,7 +498,7 @@ def load_experts(moe, cfg, layer_id):
     prefix = f"model.layers.{layer_id}.mlp.experts"
     hidden, inter = cfg.get("hidden_size", 8), cfg.get("intermediate_size", 8)
     calls = 0
-    for expert in range(moe.num_experts):
+    for expert in range(moe.num_experts - cfg.get("redundant", 0)):  # the checkpoint's experts
         for shard in ("w1", "w3", "w2"):
             pname = "w2" if shard == "w2" else "w13"
             if cfg.get("modelopt"):
@@ -443,7 +523,12 @@ def load_all_experts_at_once(moe, cfg, layer_id, loader):
     weight_loader(expert_id=None) with the MXFP4 config (its static branch). A
     RuntimeError from the loader is reported, not raised."""
     prefix = f"model.layers.{layer_id}.mlp.experts"
-    result = describe(moe, 2)
+    result = describe(moe, 2) if cfg.get("kt", True) else {"num_local_experts": moe.num_local_experts}
+    if loader == "gpt_oss_mxfp4":
+        result.update(load_gpt_oss_mxfp4(moe, cfg, prefix))
+        if cfg.get("dynamic_update"):
+            result.update(dynamic_update_mxfp4(moe, cfg))
+        return result
     try:
         for pname in ("w13", "w2"):
             param = getattr(moe, f"{pname}_weight")
@@ -464,6 +549,91 @@ def load_all_experts_at_once(moe, cfg, layer_id, loader):
             for k in range(moe.w13_weight.shape[0])
         ]
     return result
+
+
+GPT_OSS_MXFP4 = {  # checkpoint name -> (layer parameter, shape of one expert's tensor from (hidden, inter))
+    "gate_up_proj_blocks": ("w13_weight", lambda h, i: (2 * i, h // 32, 16)),
+    "down_proj_blocks": ("w2_weight", lambda h, i: (h, i // 32, 16)),
+    "gate_up_proj_scales": ("w13_weight_scale", lambda h, i: (2 * i, h // 32)),
+    "down_proj_scales": ("w2_weight_scale", lambda h, i: (h, i // 32)),
+    "gate_up_proj_bias": ("w13_weight_bias", lambda h, i: (2 * i,)),
+    "down_proj_bias": ("w2_weight_bias", lambda h, i: (h,)),
+}
+
+
+def load_gpt_oss_mxfp4(moe, cfg, prefix):
+    """The layer's MXFP4 expert tensors as a gpt-oss checkpoint holds them (every
+    expert, logical order; every byte and bias value of expert e is e + 1) through the
+    real GptOssForCausalLM._load_mxfp4_experts_weights, which cuts them for this rank
+    and calls weight_loader(expert_id=None). Reports, per slot, the expert each tensor
+    of the slot holds ("unwritten" / "mixed:..." otherwise)."""
+    from sglang.srt.models.gpt_oss import GptOssForCausalLM
+
+    experts = cfg["num_routed_experts"]
+    hidden, inter = cfg.get("hidden_size", 8), cfg.get("intermediate_size", 8)
+    weights = []
+    for name, (_, shape) in GPT_OSS_MXFP4.items():
+        dtype = torch.bfloat16 if name.endswith("bias") else torch.uint8
+        one = shape(hidden, inter)
+        value = (torch.arange(experts) + 1).to(dtype).view(-1, *[1] * len(one))
+        weights.append((f"{prefix}.{name}", value.expand(experts, *one).clone()))
+    params = [(f"{prefix}.{name}", p) for name, p in moe.named_parameters()]
+    model = SimpleNamespace(  # what the loader reads of the model
+        named_parameters=lambda: iter(params),
+        config=SimpleNamespace(intermediate_size=inter, num_local_experts=experts),
+    )
+    try:
+        GptOssForCausalLM._load_mxfp4_experts_weights(model, weights)
+    except RuntimeError as exc:
+        return {"error": str(exc).splitlines()[0]}
+    names = [param for param, _ in GPT_OSS_MXFP4.values()]
+    rows = getattr(moe, names[0]).shape[0]
+    return {
+        "num_slots": rows,
+        "slot_tensors": [{n: written_expert(getattr(moe, n).data[k]) for n in names} for k in range(rows)],
+    }
+
+
+def dynamic_update_mxfp4(moe, cfg):
+    """One dynamic-update step (as dynamic_update()) on a gpt-oss MXFP4 layer: the real
+    SharedFullContext, its full layer filled as its load fills it (the tensors of
+    ctx.weight_names take every expert's checkpoint values, expert e: e + 1; the others
+    stay as created), then the real _update_gpu_experts_from_batch. Reports what the
+    context loads and what each GPU slot's tensors then hold."""
+    from sglang.srt.layers.moe import kt_ep_wrapper
+
+    method = moe.quant_method
+    ctx = kt_ep_wrapper.SharedFullContext(
+        layer=moe,
+        init_args=method._full_init_args,
+        global_num_experts=method.global_num_experts,
+        moe_runner_config=moe.moe_runner_config,
+        defer_cpu_buffers=True,
+    )
+    loaded = list(ctx.weight_names)
+    for name in loaded:
+        t = getattr(ctx.gpu_layer, name).data
+        t.copy_((torch.arange(t.shape[0]) + 1).to(t.dtype).view(-1, *[1] * (t.dim() - 1)).expand_as(t))
+    top = cfg["batch_experts"]
+    topk_ids = torch.tensor([top[: len(top) // 2] * 3, top[len(top) // 2 :] * 3]).view(-1, 2)
+    dispatch_output = SimpleNamespace(topk_output=SimpleNamespace(topk_ids=topk_ids))
+    method._update_gpu_experts_from_batch(layer=moe, ctx=ctx, dispatch_output=dispatch_output)
+    names = [param for param, _ in GPT_OSS_MXFP4.values()]
+    return {
+        "full_loaded": loaded,
+        "updated_gpu_index_to_logical": [int(i) for i in method.gpu_index_to_logical],
+        "updated_slot_tensors": [
+            {n: written_expert(getattr(moe, n).data[k]) for n in names} for k in range(method.num_gpu_experts)
+        ],
+    }
+
+
+def written_expert(row):
+    """The expert a slot's tensor holds where the checkpoint wrote it (padding stays 0)."""
+    values = [v for v in row.float().unique().tolist() if v > 0]
+    if len(values) == 1 and bool((row.float() != SENTINEL).all()):
+        return int(values[0]) - 1
+    return "unwritten" if not values else f"mixed:{values[:4]}"
 
 
 def fused_weight(moe, cfg, pname):

@@ -23,6 +23,12 @@ the GPU-expert mask (kt-kernel's engine has one, which a dynamic update rewrites
 the dynamic-update step the real ``SharedFullContext`` is built without its host
 buffers and its full layer is filled from the checkpoint instead of through the KT
 engine's transfer (both need the CPU-expert engine), which is not the code under test.
+For NVFP4 full-GPU prefill the full layer is not filled at all: what its load would
+transfer is read from the real ``SharedFullContext.weight_names``, everything else is
+marked unwritten (NaN). gpt-oss MXFP4 goes through the real
+``GptOssForCausalLM._load_mxfp4_experts_weights`` (the model object stands in with its
+parameters and config only). Redundant experts: routing is the real static dispatch
+map and the real ``mask_and_remap_expert_ids`` run eagerly (it is compiled on a GPU).
 """
 
 import json
@@ -40,6 +46,8 @@ TARGET = "sglang-kt"
 E = 8
 MAP_FILE = [5, 2, 7, 0, 6, 3, 1, 4]  # physical expert p holds logical expert MAP_FILE[p]
 MAP_PATHS = ("mapfile", "eplbmap")
+# --ep-num-redundant-experts 2: logical experts 5 and 2 have two physical copies, 4 only one, past the first 8.
+MAP_REDUNDANT = [5, 2, 7, 0, 6, 3, 1, 5, 4, 2]
 NVFP4 = dict(modelopt=True, hidden_size=64, intermediate_size=64, num_routed_experts=E, strategy="explicit")
 GLOO_TIMEOUT = 120
 SERVER_ARGS_TEST = "test/registered/unit/test_kt_server_args.py"
@@ -49,6 +57,22 @@ EPLB_LINE = (
     "routing but moves neither the KT GPU-expert slots and masks nor the CPU experts. Drop "
     "--enable-eplb; place GPU experts with --kt-expert-placement-strategy, or fix a placement with "
     "--init-expert-location."
+)
+FULL_PREFILL_NVFP4_LINE = (
+    "--kt-gpu-prefill-token-threshold does not support NVFP4 (modelopt_fp4) GPU experts: the full-GPU "
+    "prefill layer loads BF16, FP8 or INT4 tensors, not NVFP4's input scales and weight_scale_2, so every "
+    "expert computes with unloaded scales. Drop --kt-gpu-prefill-token-threshold; prefill then runs on the "
+    "hybrid CPU/GPU path."
+)
+MXFP4_PREFILL_LINE = (
+    "--kt-gpu-prefill-token-threshold does not support MXFP4 (gpt-oss) GPU experts: the full-GPU prefill "
+    "layer loads their weights and scales but not their biases, and a dynamic expert update does not move "
+    "the biases either. Drop --kt-gpu-prefill-token-threshold; prefill then runs on the hybrid CPU/GPU path."
+)
+REDUNDANT_LINE = (
+    "--ep-num-redundant-experts does not support KTransformers experts (--kt-weight-path): the KT "
+    "GPU-expert masks and the CPU experts cover the model's logical experts, not redundant physical "
+    "copies. Set --ep-num-redundant-experts 0; place GPU experts with --kt-expert-placement-strategy."
 )
 DYNAMIC_NVFP4_LINE = (
     "--kt-enable-dynamic-expert-update does not support NVFP4 (modelopt_fp4) GPU experts: promoting "
@@ -96,6 +120,21 @@ def _fused_cases():
     }
 
 
+def _gpt_oss_mxfp4_cases():
+    """gpt-oss MXFP4: the real model loader (GptOssForCausalLM._load_mxfp4_experts_weights)
+    into the KT layer on EP 1 and both ranks of EP 2, and into the plain layer."""
+    base = dict(num_routed_experts=E, strategy="explicit", loader="gpt_oss_mxfp4", hidden_size=64, intermediate_size=64)
+    lays = {"ep0of1": dict(gpu_experts=[1, 4, 6])}
+    lays.update({f"ep{r}of2": dict(gpu_experts=[1, 3], ep_size=2, ep_rank=r) for r in (0, 1)})
+    lays["nokt"] = dict(kt=False)
+    lays.update({f"nokt_ep{r}of2": dict(kt=False, ep_size=2, ep_rank=r) for r in (0, 1)})
+    return {
+        f"mxfp4/{name}/{path}": _with_path(dict(base, **lay), path)
+        for name, lay in lays.items()
+        for path in ("none", "trivial", *MAP_PATHS)
+    }
+
+
 def _per_expert_cases():
     """The per-expert loader under both maps (right before this series too)."""
     lays = {"ep0of1": dict(gpu_experts=[1, 4, 6])}
@@ -114,6 +153,24 @@ def _move_cases():
     return {
         "dynamic/bf16": dyn,
         "dynamic/nvfp4": dict(dyn, **NVFP4, moe_runner_backend="auto"),
+        "dynamic/mxfp4": dict(
+            dyn,
+            loader="gpt_oss_mxfp4",
+            hidden_size=64,
+            intermediate_size=64,
+            prefill_threshold=512,
+        ),
+        "full_prefill/nvfp4": dict(
+            NVFP4,
+            gpu_experts=[1, 4, 6],
+            path="none",
+            moe_runner_backend="auto",
+            prefill_threshold=512,
+            full_prefill=True,
+        ),
+        "full_prefill/bf16": dict(
+            num_routed_experts=E, strategy="explicit", gpu_experts=[1, 4, 6], path="none", prefill_threshold=512
+        ),
         "server_args/eplb_kt": dict(server_args=kt_eplb),
         "server_args/eplb": dict(server_args=dict(tp_size=2, ep_size=2, enable_eplb=True)),
         "server_args/kt_mapfile": dict(
@@ -122,7 +179,29 @@ def _move_cases():
     }
 
 
-CASES = {**_nvfp4_cases(), **_fused_cases(), **_per_expert_cases(), **_move_cases()}
+def _redundant_cases():
+    """--ep-num-redundant-experts 2 on one EP rank under a placement file and under the
+    real EPLB algorithm's map, the same placement without redundant experts as the
+    control, and the server-argument check."""
+    base = dict(num_routed_experts=E, strategy="explicit", gpu_experts=[1, 4, 6], route=True)
+    kt = dict(tp_size=1, ep_size=1, kt_weight_path="/kt-weights")
+    return {
+        "redundant/mapfile": dict(base, redundant=2, path="mapfile", physical_to_logical=MAP_REDUNDANT),
+        "redundant/eplbmap": dict(base, redundant=2, path="eplbmap"),
+        "redundant/control/mapfile": dict(base, path="mapfile", physical_to_logical=MAP_FILE),
+        "server_args/redundant_kt": dict(server_args=dict(kt, ep_num_redundant_experts=2)),
+        "server_args/redundant": dict(server_args=dict(tp_size=1, ep_size=1, ep_num_redundant_experts=2)),
+    }
+
+
+CASES = {
+    **_nvfp4_cases(),
+    **_fused_cases(),
+    **_gpt_oss_mxfp4_cases(),
+    **_per_expert_cases(),
+    **_move_cases(),
+    **_redundant_cases(),
+}
 
 
 @pytest.fixture(scope="module")
@@ -165,6 +244,20 @@ def wrong_weight_slots(res, cfg):
     if "error" in res:
         return len(want)
     return sum(held(res["slots"][k]) != e for k, e in want)
+
+
+def mxfp4_wrong_slots(res, cfg):
+    """Reachable slots (KT) or local physical experts (plain layer) of which any MXFP4
+    tensor (blocks, scales, biases) holds another expert than the one routed there."""
+    if cfg.get("kt", True):
+        want = reachable_slots(res, cfg)
+    else:
+        local = cfg["num_routed_experts"] // cfg.get("ep_size", 1)
+        offset = cfg.get("ep_rank", 0) * local
+        want = [(k, physical_map(res, cfg)[offset + k]) for k in range(local)]
+    if "error" in res:
+        return len(want)
+    return sum(set(res["slot_tensors"][k].values()) != {e} for k, e in want)
 
 
 def nvfp4_expected_pairs(res, cfg, gemm):
@@ -257,6 +350,18 @@ def test_fused_loader_ep2_every_rank(results):
     assert [held(s) for s in results["patched"]["fused/full/ep1of2/none"]["slots"][:4]] == [4, 5, 6, 7]
 
 
+def test_gpt_oss_mxfp4_loader_follows_the_map(results):
+    """Patched: every reachable slot's blocks, scales and biases are its own expert's on
+    every path, rank and map, with and without KT. Stock: gpt-oss cuts the tensors to
+    the rank's logical experts and slot k takes row k, whatever the map."""
+    for name in _names("mxfp4/"):
+        cfg = CASES[name]
+        assert mxfp4_wrong_slots(results["patched"][name], cfg) == 0, (name, results["patched"][name])
+        # Under KT stock has no slot order either (the masks are no prefix of the rank's experts).
+        stock_wrong = mxfp4_wrong_slots(results["stock"][name], cfg)
+        assert (stock_wrong > 0) == (cfg["path"] in MAP_PATHS or cfg.get("kt", True)), (name, stock_wrong)
+
+
 def test_per_expert_loader_under_maps(results):
     for name in _names("bf16/"):
         for label in ("stock", "patched"):
@@ -273,6 +378,41 @@ def test_eplb_with_kt_is_refused_at_startup(results):
     for label in ("stock", "patched"):
         for name in ("server_args/eplb", "server_args/kt_mapfile"):
             assert results[label][name] == {"accepted": True, "ep_dispatch_algorithm": "static"}
+
+
+def routes_past_the_mask(res):
+    """Routed physical experts the KT mask has no entry for."""
+    return [r for r in res["routes"] if r["physical"] >= res["mask_len"]]
+
+
+def test_redundant_experts_with_kt(results):
+    """The layer is the fork's on both trees (the patch refuses at the arguments): with 2
+    redundant experts it has 10 physical experts, the KT mask and slot tables 8 entries
+    (the model's logical experts). Routing that the real static dispatch sends to a
+    physical expert past them fails in KTEPWrapperMethod.apply's mask_and_remap_expert_ids
+    (IndexError here, a device-side assert compiled on a GPU), and the CPU-expert engine
+    is built for 10 experts from the 8-entry mask (kt-kernel copies the mask into a tensor
+    of num_experts entries: a size mismatch at startup on TP rank 0). Experts routed
+    within the mask reach the slot that holds them. Patched: refused at startup."""
+    for label in ("stock", "patched"):
+        for name in ("redundant/mapfile", "redundant/eplbmap", "redundant/control/mapfile"):
+            res = results[label][name]
+            p2l = res["physical_to_logical"]
+            redundant = CASES[name].get("redundant", 0)
+            assert len(p2l) == res["num_local_experts"] == res["cpu_engine_num_experts"] == E + redundant, name
+            assert sorted(set(p2l)) == list(range(E)) and res["mask_len"] == E, name
+            assert [held(s) for s in res["slots"]] == [p2l[p] for p in CASES[name]["gpu_experts"]], name
+            past = routes_past_the_mask(res)
+            assert bool(past) == bool(redundant), (name, res["routes"])
+            for r in past:
+                assert r["slot"] == f"IndexError: index {r['physical']} is out of bounds for dimension 0 with size {E}"
+            for logical, r in enumerate(res["routes"]):
+                if r not in past:
+                    assert p2l[r["physical"]] == logical
+                    assert r["slot"] == -1 or held(res["slots"][r["slot"]]) == logical, (name, logical)
+        assert results[label]["server_args/redundant"] == {"accepted": True, "ep_dispatch_algorithm": None}
+    assert "refused" not in results["stock"]["server_args/redundant_kt"]
+    assert results["patched"]["server_args/redundant_kt"] == {"refused": REDUNDANT_LINE}
 
 
 @pytest.fixture(scope="module")
@@ -321,28 +461,90 @@ def test_dynamic_update(results):
     assert results["patched"]["dynamic/nvfp4"] == {"refused": DYNAMIC_NVFP4_LINE}
 
 
+def mxfp4_bias_mismatches(res):
+    """Slots whose biases are another expert's than their weights and scales."""
+    mismatches = 0
+    for tensors in res.get("updated_slot_tensors", []):
+        weights = {e for n, e in tensors.items() if not n.endswith("_bias")}
+        biases = {e for n, e in tensors.items() if n.endswith("_bias")}
+        mismatches += len(weights) != 1 or biases != weights
+    return mismatches
+
+
+def test_dynamic_update_mxfp4_moves_no_biases(results):
+    """Stock: the full-GPU layer of a gpt-oss MXFP4 layer loads the four tensors of the
+    FP8 per-channel layout the context detects (no biases), and the update moves the
+    weights and scales of experts 2, 5, 7 into the slots but leaves every slot the biases
+    of the expert it held. Patched: the threshold is refused at startup with MXFP4."""
+    stock = results["stock"]["dynamic/mxfp4"]
+    assert stock["full_loaded"] == ["w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale"]
+    assert stock["updated_gpu_index_to_logical"] == [2, 5, 7]
+    for slot, expert in zip(stock["updated_slot_tensors"], (2, 5, 7)):
+        assert {e for n, e in slot.items() if not n.endswith("_bias")} == {expert}
+    assert mxfp4_bias_mismatches(stock) == 3
+    assert results["patched"]["dynamic/mxfp4"] == {"refused": MXFP4_PREFILL_LINE}
+
+
+def test_full_gpu_prefill_nvfp4(results):
+    """Stock: the full-GPU prefill layer of an NVFP4 layer is loaded with the four
+    tensors of the FP8 per-channel layout the context detects; NVFP4's input scales and
+    weight_scale_2 (torch.empty at creation) are never written, so every expert's
+    g1/g2_alphas and input-scale quant are made of unwritten values. Patched: refused
+    at startup; BF16 with the threshold stays accepted."""
+    stock = results["stock"]["full_prefill/nvfp4"]
+    assert stock["full_transferred"] == ["w13_weight", "w13_weight_scale", "w2_weight", "w2_weight_scale"]
+    assert stock["full_not_transferred"] == [
+        "w13_input_scale",
+        "w13_weight_scale_2",
+        "w2_input_scale",
+        "w2_weight_scale_2",
+    ]
+    for gemm in ("w13", "w2"):
+        assert stock[f"full_{gemm}_experts"] == [{"input_scale": "nan", "weight_scale_2": "nan"}] * E
+    assert results["patched"]["full_prefill/nvfp4"] == {"refused": FULL_PREFILL_NVFP4_LINE}
+    for label in ("stock", "patched"):
+        assert "refused" not in results[label]["full_prefill/bf16"]
+        assert results[label]["full_prefill/bf16"]["gpu_index_to_logical"] == [1, 4, 6]
+
+
 def test_report(results, rebalanced, capsys):
     """The closing note's numbers (printed; pytest -s shows them)."""
     nvfp4 = {label: sum(nvfp4_wrong_slots(results[label][n], CASES[n]) for n in _names("nvfp4/")) for label in results}
     fused = {label: sum(wrong_weight_slots(results[label][n], CASES[n]) for n in _names("fused/")) for label in results}
     crashed = sum("error" in results["stock"][n] for n in _names("fused/"))
+    mxfp4 = {label: sum(mxfp4_wrong_slots(results[label][n], CASES[n]) for n in _names("mxfp4/")) for label in results}
+    past = {label: sum(len(routes_past_the_mask(results[label][n])) for n in _names("redundant/")) for label in results}
+    bias = {label: mxfp4_bias_mismatches(results[label]["dynamic/mxfp4"]) for label in results}
+    full = {
+        label: sum(
+            s["input_scale"] == "nan"
+            for g in ("w13", "w2")
+            for s in results[label]["full_prefill/nvfp4"].get(f"full_{g}_experts", [])
+        )
+        for label in results
+    }
     with capsys.disabled():
         print(
             f"\nnvfp4 cases {len(_names('nvfp4/'))} wrong slots {nvfp4}; fused cases {len(_names('fused/'))} "
-            f"wrong slots {fused} (stock raised in {crashed})"
+            f"wrong slots {fused} (stock raised in {crashed}); gpt-oss mxfp4 cases {len(_names('mxfp4/'))} "
+            f"wrong slots {mxfp4}; redundant-expert routes past the KT mask {past}; NVFP4 full-GPU prefill "
+            f"expert GEMMs on unwritten scales {full} (patched refuses); MXFP4 dynamic-update slots with "
+            f"another expert's biases {bias}"
         )
-    assert nvfp4["patched"] == fused["patched"] == 0
+    assert nvfp4["patched"] == fused["patched"] == mxfp4["patched"] == 0
 
 
 @pytest.mark.parametrize("label", ["stock", "patched"])
 def test_server_args_unit_test(label, stock_root, patched_root):
-    """0005's own test, as the fork's CPU CI runs it: passes patched; on stock the
-    refusal test fails (EPLB with KT is accepted)."""
+    """0005's own test, as the fork's CPU CI runs it: passes patched; on stock both
+    refusal tests fail (EPLB and redundant experts with KT are accepted)."""
     test_file = in_patch_test(TARGET, SERVER_ARGS_TEST)
     root = patched_root(TARGET) if label == "patched" else stock_root(TARGET)
     proc = run_pytest([root], test_file, test_file.parent)
     if label == "patched":
-        assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout[-3000:]
+        assert proc.returncode == 0 and "3 passed" in proc.stdout, proc.stdout[-3000:]
     else:
         assert proc.returncode == 1, proc.stdout[-3000:]
-        assert "1 failed, 1 passed" in proc.stdout and "test_eplb_with_kt_is_refused" in proc.stdout
+        assert "2 failed, 1 passed" in proc.stdout, proc.stdout[-3000:]
+        for name in ("test_eplb_with_kt_is_refused", "test_redundant_experts_with_kt_are_refused"):
+            assert name in proc.stdout

@@ -57,6 +57,8 @@ class CpuExpertEngineStandIn:
 
     def __init__(self, **kwargs):
         self.loaded_maps = []
+        # kt-kernel's engine copies the mask into a tensor of num_experts entries.
+        self.num_experts = kwargs["num_experts"]
         # The engine's own copy of the layer's GPU-expert mask (a dynamic expert
         # update rewrites it in place).
         self.gpu_experts_mask = kwargs["gpu_experts_mask"].clone()
