@@ -15,6 +15,8 @@ import os
 import subprocess
 import sys
 import tarfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -92,6 +94,18 @@ def run_probe(
         )
     last = proc.stdout.strip().splitlines()[-1]
     return json.loads(last)
+
+
+def side_by_side(calls: dict[str, Callable[[], object]]) -> dict[str, object]:
+    """Run independent probe subprocesses at once, one per core, and return their results by key.
+
+    Each probe pays sglang's import (tens of seconds of CPU), which dominates the suites'
+    time; results do not depend on the order. Resolve lazily built roots (`stock_root`)
+    before calling: the calls run on threads.
+    """
+    with ThreadPoolExecutor(max_workers=max(os.cpu_count() or 1, 1)) as pool:
+        futures = {key: pool.submit(call) for key, call in calls.items()}
+        return {key: future.result() for key, future in futures.items()}
 
 
 def check_record(root: Path, dist_info: Path) -> int:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_probe
+from helpers import run_probe, side_by_side
 
 PROBES = Path(__file__).resolve().parent / "k3_cap_probes"
 CAP_ENV = "SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK"
@@ -29,7 +29,9 @@ MULTI = [f"{ROWS}:39", f"{ROWS}:13", f"{ROWS}:8"]
 EMPTY = "0:8"
 PAIRS = [ONE_PASS, AT_CAP, *MULTI, EMPTY]
 PATHS = ("shared", "k3")
-GLOO_TIMEOUT = "5"
+# Long enough that a rank slowed by a loaded machine never times out: a rank left waiting
+# by peers that finished sees their closed connection at once, not the timeout.
+GLOO_TIMEOUT = "120"
 RANK_CAP = 8  # passes_ranks.CAP
 LAYOUTS = {"dp4", "dp4_local", "dp2_sp", "tp4_sp", "tp4_unpadded"}
 
@@ -41,19 +43,25 @@ def close(result) -> bool:
 
 @pytest.fixture(scope="module")
 def one_rank(patched_root, stock_root):
-    def run(tree, flags=()):
-        root = {"patched": patched_root, "stock": stock_root}[tree]("sglang")
-        return run_probe(root, PROBES / "passes.py", *PAIRS, flags=flags)
+    patched, stock = patched_root("sglang"), stock_root("sglang")
 
-    return {"patched": run("patched"), "stock": run("stock"), "stock-O": run("stock", ("-O",))}
+    def run(root, flags=()):
+        return lambda: run_probe(root, PROBES / "passes.py", *PAIRS, flags=flags)
+
+    return side_by_side({"patched": run(patched), "stock": run(stock), "stock-O": run(stock, ("-O",))})
 
 
 @pytest.fixture(scope="module")
 def ranks(patched_root, stock_root):
     script = PROBES / "passes_ranks.py"
-    patched = run_probe(patched_root("sglang"), script, "patched", "trust-local", GLOO_TIMEOUT)
-    stock = run_probe(stock_root("sglang"), script, "stock", GLOO_TIMEOUT)
-    return {**patched, **stock}
+    patched, stock = patched_root("sglang"), stock_root("sglang")
+    runs = side_by_side(
+        {
+            "patched": lambda: run_probe(patched, script, "patched", "trust-local", GLOO_TIMEOUT),
+            "stock": lambda: run_probe(stock, script, "stock", GLOO_TIMEOUT),
+        }
+    )
+    return {**runs["patched"], **runs["stock"]}
 
 
 @pytest.mark.parametrize("path", PATHS)

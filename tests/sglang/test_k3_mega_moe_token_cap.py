@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_probe
+from helpers import run_probe, side_by_side
 
 STARTUP = Path(__file__).resolve().parent / "k3_cap_probes" / "startup.py"
 K3 = "KimiK3ForConditionalGeneration"
@@ -78,13 +78,19 @@ def run(root):
 
 
 @pytest.fixture(scope="module")
-def patched(patched_root):
-    return run(patched_root("sglang"))
+def both(patched_root, stock_root):
+    roots = {"patched": patched_root("sglang"), "stock": stock_root("sglang")}
+    return side_by_side({label: lambda root=root: run(root) for label, root in roots.items()})
 
 
 @pytest.fixture(scope="module")
-def stock(stock_root):
-    return run(stock_root("sglang"))
+def patched(both):
+    return both["patched"]
+
+
+@pytest.fixture(scope="module")
+def stock(both):
+    return both["stock"]
 
 
 @pytest.mark.parametrize("name", sorted(TABLE))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import in_patch_test, run_pytest
+from helpers import in_patch_test, run_pytest, side_by_side
 
 UPSTREAM_TESTS = {
     "test/registered/unit/arg_groups/test_mega_moe_token_budget_dp.py": 3,
@@ -40,17 +40,31 @@ STOCK_SUMMARY = {
 }
 
 
+@pytest.fixture(scope="module")
+def runs(patched_root, stock_root, tmp_path_factory):
+    """Each file on each package, one pytest process a run, the runs side by side."""
+    roots = {"patched": patched_root("sglang"), "stock": stock_root("sglang")}
+    calls = {}
+    for label, root in roots.items():
+        for rel in UPSTREAM_TESTS:
+            cwd = tmp_path_factory.mktemp(label)
+            calls[label, rel] = lambda root=root, rel=rel, cwd=cwd: run_pytest(
+                [root], in_patch_test("sglang", rel), cwd
+            )
+    return side_by_side(calls)
+
+
 @pytest.mark.parametrize("rel", sorted(UPSTREAM_TESTS))
-def test_in_patch_tests_pass_on_patched(patched_root, tmp_path, rel):
-    proc = run_pytest([patched_root("sglang")], in_patch_test("sglang", rel), tmp_path)
+def test_in_patch_tests_pass_on_patched(runs, rel):
+    proc = runs["patched", rel]
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     assert f"{UPSTREAM_TESTS[rel]} passed" in out, out[-3000:]
 
 
 @pytest.mark.parametrize("rel", sorted(UPSTREAM_TESTS))
-def test_in_patch_tests_fail_on_stock(stock_root, tmp_path, rel):
-    proc = run_pytest([stock_root("sglang")], in_patch_test("sglang", rel), tmp_path)
+def test_in_patch_tests_fail_on_stock(runs, rel):
+    proc = runs["stock", rel]
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-6000:]
     summary, line = STOCK_SUMMARY[rel]

@@ -24,7 +24,7 @@ import json
 import pytest
 
 from copy_list_probe import expected
-from helpers import REPO_ROOT, check_in_patch_test, run_probe
+from helpers import REPO_ROOT, check_in_patch_test, run_probe, side_by_side
 
 PROBE = REPO_ROOT / "tests" / "copy_list_probe.py"
 STUBS = REPO_ROOT / "tests" / "sglang_kt" / "kt_native_stubs"
@@ -35,10 +35,13 @@ RULES = {"kt": [64, 72], "every": "every"}
 
 @pytest.fixture(scope="module")
 def probes(stock_root, patched_root):
-    return {
-        label: run_probe(root(TARGET), PROBE, json.dumps(RULES), extra_path=(STUBS,))
-        for label, root in (("stock", stock_root), ("patched", patched_root))
-    }
+    roots = {"stock": stock_root(TARGET), "patched": patched_root(TARGET)}
+    return side_by_side(
+        {
+            label: lambda root=root: run_probe(root, PROBE, json.dumps(RULES), extra_path=(STUBS,))
+            for label, root in roots.items()
+        }
+    )
 
 
 def test_probe_imports_the_real_modules(probes, stock_root, patched_root):

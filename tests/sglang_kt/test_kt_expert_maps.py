@@ -32,12 +32,11 @@ map and the real ``mask_and_remap_expert_ids`` run eagerly (it is compiled on a 
 """
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from helpers import in_patch_test, run_probe, run_pytest
+from helpers import in_patch_test, run_probe, run_pytest, side_by_side
 
 HERE = Path(__file__).resolve().parent
 PROBE = HERE / "kt_remap_probe.py"
@@ -209,12 +208,13 @@ def results(stock_root, patched_root):
     """Every case on both trees: one probe process per tree, the two at once."""
     names = list(CASES)
     roots = {"stock": stock_root(TARGET), "patched": patched_root(TARGET)}
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        runs = {
-            label: pool.submit(run_probe, root, PROBE, json.dumps([CASES[n] for n in names]))
+    runs = side_by_side(
+        {
+            label: lambda root=root: run_probe(root, PROBE, json.dumps([CASES[n] for n in names]))
             for label, root in roots.items()
         }
-        return {label: dict(zip(names, run.result())) for label, run in runs.items()}
+    )
+    return {label: dict(zip(names, res)) for label, res in runs.items()}
 
 
 def physical_map(res, cfg):

@@ -66,7 +66,7 @@ from pathlib import Path
 import pytest
 from kt_remap_probe import explicit_masks, nvfp4_input_scale, nvfp4_weight_scale_2, resolve_layer_id
 
-from helpers import in_patch_test, run_probe, run_pytest
+from helpers import in_patch_test, run_probe, run_pytest, side_by_side
 
 HERE = Path(__file__).resolve().parent
 PROBE = HERE / "kt_remap_probe.py"
@@ -203,16 +203,16 @@ CASES = _cases()
 
 @pytest.fixture(scope="module")
 def results(stock_root, patched_root):
-    """Every case on both trees: one probe process per tree (import costs ~7 s)."""
-    out = {}
+    """Every case on both trees: one probe process per tree, the two at once."""
     names = list(CASES)
-    for label, root in (
-        ("stock", stock_root(TARGET)),
-        ("patched", patched_root(TARGET)),
-    ):
-        res = run_probe(root, PROBE, json.dumps([CASES[n] for n in names]))
-        out[label] = dict(zip(names, res))
-    return out
+    roots = {"stock": stock_root(TARGET), "patched": patched_root(TARGET)}
+    runs = side_by_side(
+        {
+            label: lambda root=root: run_probe(root, PROBE, json.dumps([CASES[n] for n in names]))
+            for label, root in roots.items()
+        }
+    )
+    return {label: dict(zip(names, res)) for label, res in runs.items()}
 
 
 def slot_experts(res):

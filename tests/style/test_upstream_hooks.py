@@ -15,10 +15,12 @@ Nothing is stubbed: the formatters run as subprocesses on the real files.
 from __future__ import annotations
 
 import difflib
+import os
 import shutil
 import subprocess
 import sys
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -87,28 +89,34 @@ def _added_lines(tree: Path, rel: str) -> str:
     return "".join(line[1:] + "\n" for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++"))
 
 
+def _file_findings(tree: Path, rel: str) -> list[str]:
+    out: list[str] = []
+    pre, post = _show(tree, "upstream", rel), _show(tree, "HEAD", rel)
+    for hook, cmd in _formatters(rel):
+        post_hunks = _hunks(cmd, post)
+        new = Counter(key for key, _ in post_hunks) - _fixes(cmd, pre)
+        for (removed, added), line in post_hunks:
+            if new[(removed, added)]:
+                out.append(f"{rel}:{line}: {hook} would replace {list(removed)} with {list(added)}")
+                break
+    proc = subprocess.run(
+        [_tool("codespell"), "-L", CODESPELL_IGNORE, "-"],
+        input=_added_lines(tree, rel),
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        out.append(f"{rel}: codespell: {proc.stdout.strip()}")
+    return out
+
+
 def findings(tree: Path) -> list[str]:
     """One entry per (file, hook) where upstream's pre-commit would reject what `upstream..HEAD` adds:
-    a formatter fix the post-image needs and the pre-image did not, or a misspelling on an added line."""
+    a formatter fix the post-image needs and the pre-image did not, or a misspelling on an added line.
+    The files are checked side by side (black on a large file takes seconds)."""
     changed = _git(tree, "diff", "--name-only", "--diff-filter=AM", "upstream", "HEAD").split()
-    out: list[str] = []
-    for rel in changed:
-        pre, post = _show(tree, "upstream", rel), _show(tree, "HEAD", rel)
-        for hook, cmd in _formatters(rel):
-            new = _fixes(cmd, post) - _fixes(cmd, pre)
-            for (removed, added), line in _hunks(cmd, post):
-                if new[(removed, added)]:
-                    out.append(f"{rel}:{line}: {hook} would replace {list(removed)} with {list(added)}")
-                    break
-        proc = subprocess.run(
-            [_tool("codespell"), "-L", CODESPELL_IGNORE, "-"],
-            input=_added_lines(tree, rel),
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            out.append(f"{rel}: codespell: {proc.stdout.strip()}")
-    return out
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return [line for lines in pool.map(lambda rel: _file_findings(tree, rel), changed) for line in lines]
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -263,3 +263,11 @@ def make_fork_checkout(
         write(co, KERNEL_TEST, kernel_test)
         git(co, "commit", "-qam", "fork: its own copy.cu and test")
     return co
+
+
+# Git hook bodies that hold `git am` inside a hook until the test has acted, however slow the machine: no
+# window to hit. Each first makes {marker}, which the test waits for.
+# Until the tool is killed (git dies with it, its hook sees the parent gone), then makes {marker}.done.
+PARK = "touch {marker}\nwhile kill -0 $PPID 2>/dev/null; do sleep 0.02; done\ntouch {marker}.done\n"
+# Until the test makes {marker}.release (at most 10 minutes, so that a failed test cannot leave it behind).
+HOLD = "touch {marker}\ni=0\nwhile [ ! -e {marker}.release ] && [ $i -lt 30000 ]; do sleep 0.02; i=$((i+1)); done\n"

@@ -18,7 +18,7 @@ import pytest
 from sgl_overlay import wording
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.states import ScratchIndex
-from synth import MODEL_PY, cli, clone, edit_line, git, make_overlay, make_upstream, make_wheel, snapshot, write
+from synth import HOLD, MODEL_PY, cli, clone, edit_line, git, make_overlay, make_upstream, make_wheel, snapshot, write
 
 
 @dataclass(frozen=True)
@@ -240,7 +240,7 @@ def test_ctrl_c_rolls_back(tmp_path: Path, when: str) -> None:
     stop_at = 1 if when == "during" else 2
     hook = co / ".git" / "hooks" / "post-applypatch"  # runs after each patch is committed
     hook.write_text(
-        f"#!/bin/sh\necho x >> {count}\nif [ $(wc -l < {count}) -eq {stop_at} ]; then touch {marker}; sleep 3; fi\n"
+        f"#!/bin/sh\necho x >> {count}\nif [ $(wc -l < {count}) -eq {stop_at} ]; then\n{HOLD.format(marker=marker)}fi\n"
     )
     hook.chmod(0o755)
     before = snapshot(co)
@@ -250,11 +250,12 @@ def test_ctrl_c_rolls_back(tmp_path: Path, when: str) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.time() + 30
+    deadline = time.time() + 600
     while not marker.exists() and time.time() < deadline:
         time.sleep(0.02)
     assert marker.exists(), "git am never reached the hook"
     os.kill(proc.pid, signal.SIGINT)
+    Path(f"{marker}.release").touch()  # the hook lets git am go on: the tool has the signal by then
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, (out, err)
     assert err.strip().splitlines() == [

@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from synth import (
+    HOLD,
     KERNEL,
     KERNEL_CU,
     KERNEL_TEST,
     KERNEL_TEST_PY,
+    PARK,
     add_kernel_target,
     cli,
     clone,
@@ -61,7 +63,7 @@ def _spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     )
 
 
-def _wait_for(path: Path, seconds: float = 30) -> None:
+def _wait_for(path: Path, seconds: float = 600) -> None:
     deadline = time.time() + seconds
     while not path.exists() and time.time() < deadline:
         time.sleep(0.01)
@@ -88,13 +90,13 @@ def test_sigkill_inside_git_am_is_rolled_back_by_abort(tmp_path: Path) -> None:
     temp = tmp_path / "temp"
     temp.mkdir()
     marker = tmp_path / "hook-ran"
-    _hook(co, "post-applypatch", f"touch {marker}; sleep 5")
+    _hook(co, "post-applypatch", PARK.format(marker=marker))
     before = snapshot(co)
     proc = _spawn(*base, "apply", "--checkout", str(co), env={"TMPDIR": str(temp)})
     _wait_for(marker)
     os.kill(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=30)
-    time.sleep(0.3)  # git (killed with the tool) lets go of the tree
+    proc.communicate(timeout=60)
+    _wait_for(Path(f"{marker}.done"))  # git am, killed with the tool, is gone
     assert (co / ".git" / JOURNAL).exists()
     line = _one_error(cli(*base, "apply", "--checkout", str(co), env={"TMPDIR": str(temp)}))
     assert line == (
@@ -129,14 +131,14 @@ def test_sigkill_across_two_targets_rolls_back_both(tmp_path: Path, killed_after
     _hook(
         co,
         "post-applypatch",
-        f"echo x >> {count}\nif [ $(wc -l < {count}) -eq {killed_after} ]; then touch {marker}; sleep 5; fi",
+        f"echo x >> {count}\nif [ $(wc -l < {count}) -eq {killed_after} ]; then\n{PARK.format(marker=marker)}fi",
     )
     before = snapshot(co)
     proc = _spawn(*base, "apply", "--checkout", str(co))
     _wait_for(marker)
     os.kill(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=30)
-    time.sleep(0.3)
+    proc.communicate(timeout=60)
+    _wait_for(Path(f"{marker}.done"))
     (co / ".git" / "hooks" / "post-applypatch").unlink()
     abort = cli(*base, "apply", "--abort", "--checkout", str(co))
     assert abort.returncode == 0 and abort.stdout.startswith("rolled back the killed"), (abort.stdout, abort.stderr)
@@ -174,10 +176,11 @@ def test_two_applies_at_once_one_wins(tmp_path: Path) -> None:
     """A second apply while the first runs exits 1 naming the first's pid; the first applies the series once."""
     base, co = _setup(tmp_path)
     marker = tmp_path / "hook-ran"
-    _hook(co, "post-applypatch", f"touch {marker}; sleep 1")
+    _hook(co, "post-applypatch", HOLD.format(marker=marker))
     first = _spawn(*base, "apply", "--checkout", str(co))
     _wait_for(marker)
     line = _one_error(cli(*base, "apply", "--checkout", str(co)))
+    Path(f"{marker}.release").touch()
     assert line.startswith(f"{co} is being changed by `sgl-overlay apply` (pid {first.pid}) since "), line
     assert line.endswith(f"(lock {co / '.git' / LOCK}); wait for it to finish")
     out, err = first.communicate(timeout=60)

@@ -19,6 +19,7 @@ from synth import (
     KERNEL,
     KERNEL_CU,
     KT_URL,
+    PARK,
     add_kernel_target,
     clone,
     git,
@@ -31,8 +32,6 @@ from synth import (
 
 LOCK = "sgl-overlay.lock"
 JOURNAL = "sgl-overlay-journal.json"
-# Stops git am inside a hook until the test kills the tool (git dies with it, and so this loop ends).
-PARK = "touch {marker}\nwhile kill -0 $PPID 2>/dev/null; do sleep 0.02; done\n"
 
 
 def _default_signals() -> None:
