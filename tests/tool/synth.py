@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -271,3 +272,10 @@ def make_fork_checkout(
 PARK = "touch {marker}\nwhile kill -0 $PPID 2>/dev/null; do sleep 0.02; done\ntouch {marker}.done\n"
 # Until the test makes {marker}.release (at most 10 minutes, so that a failed test cannot leave it behind).
 HOLD = "touch {marker}\ni=0\nwhile [ ! -e {marker}.release ] && [ $i -lt 30000 ]; do sleep 0.02; i=$((i+1)); done\n"
+
+
+def default_signals() -> None:
+    """Popen preexec_fn: the tool starts with Ctrl-C and SIGTERM at their defaults, whatever the test runs under
+    (a background job of a script starts with Ctrl-C ignored, and the tool keeps an inherited ignore)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)

@@ -18,7 +18,20 @@ import pytest
 from sgl_overlay import wording
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.states import ScratchIndex
-from synth import HOLD, MODEL_PY, cli, clone, edit_line, git, make_overlay, make_upstream, make_wheel, snapshot, write
+from synth import (
+    HOLD,
+    MODEL_PY,
+    cli,
+    clone,
+    default_signals,
+    edit_line,
+    git,
+    make_overlay,
+    make_upstream,
+    make_wheel,
+    snapshot,
+    write,
+)
 
 
 @dataclass(frozen=True)
@@ -249,6 +262,7 @@ def test_ctrl_c_rolls_back(tmp_path: Path, when: str) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_signals,
     )
     deadline = time.time() + 600
     while not marker.exists() and time.time() < deadline:

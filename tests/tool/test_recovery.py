@@ -22,6 +22,7 @@ from synth import (
     PARK,
     add_kernel_target,
     clone,
+    default_signals,
     git,
     make_fork_checkout,
     make_fork_overlay,
@@ -34,20 +35,13 @@ LOCK = "sgl-overlay.lock"
 JOURNAL = "sgl-overlay-journal.json"
 
 
-def _default_signals() -> None:
-    """The run starts with Ctrl-C and SIGTERM at their defaults, whatever the test runs under (a background job
-    of a script starts with Ctrl-C ignored, and the tool keeps an inherited ignore)."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_DFL)
-
-
 def _spawn(*args: str, stdout: object = subprocess.PIPE) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "sgl_overlay", *args],
         stdout=stdout,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=_default_signals,
+        preexec_fn=default_signals,
     )
 
 
