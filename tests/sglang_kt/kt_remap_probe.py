@@ -323,6 +323,21 @@ def install_mapped_metadata(server_args, cfg, num_layers, layer_id):
     return meta.physical_to_logical_map_cpu[layer_id].tolist()
 
 
+def shared_full_context(moe):
+    """The layer's real SharedFullContext with its full-GPU layer built; its host buffers and the
+    KT transfer into it are not (they need the CPU-expert engine)."""
+    from sglang.srt.layers.moe import kt_ep_wrapper
+
+    method = moe.quant_method
+    return kt_ep_wrapper.SharedFullContext(
+        layer=moe,
+        init_args=method._full_init_args,
+        global_num_experts=method.global_num_experts,
+        moe_runner_config=moe.moe_runner_config,
+        defer_cpu_buffers=True,
+    )
+
+
 def dynamic_update(moe, cfg):
     """One --kt-enable-dynamic-expert-update step as a prefill on the full-GPU path
     runs it: the real SharedFullContext (its full layer built, its host buffers and
@@ -330,16 +345,8 @@ def dynamic_update(moe, cfg):
     filled from the checkpoint instead) and the real _update_gpu_experts_from_batch
     with a batch whose top experts are `cfg["batch_experts"]`. Reports what each GPU
     slot then holds, the KT tables and the CPU engine's mask, or the error."""
-    from sglang.srt.layers.moe import kt_ep_wrapper
-
     method = moe.quant_method
-    ctx = kt_ep_wrapper.SharedFullContext(
-        layer=moe,
-        init_args=method._full_init_args,
-        global_num_experts=method.global_num_experts,
-        moe_runner_config=moe.moe_runner_config,
-        defer_cpu_buffers=True,
-    )
+    ctx = shared_full_context(moe)
     hidden, inter = cfg.get("hidden_size", 8), cfg.get("intermediate_size", 8)
     if not cfg.get("modelopt"):
         full = ctx.gpu_layer
@@ -372,16 +379,7 @@ def full_gpu_prefill(moe):
     it. Reports the parameters its load transfers (ctx.weight_names), those it
     transfers none of, and, per expert, the scales its g1/g2_alphas and input-scale
     quant are made of ("nan": an unwritten one)."""
-    from sglang.srt.layers.moe import kt_ep_wrapper
-
-    method = moe.quant_method
-    ctx = kt_ep_wrapper.SharedFullContext(
-        layer=moe,
-        init_args=method._full_init_args,
-        global_num_experts=method.global_num_experts,
-        moe_runner_config=moe.moe_runner_config,
-        defer_cpu_buffers=True,
-    )
+    ctx = shared_full_context(moe)
     full = ctx.gpu_layer
     fill_sentinel(full, float("nan"))
     transferred = list(ctx.weight_names)
@@ -600,16 +598,8 @@ def dynamic_update_mxfp4(moe, cfg):
     ctx.weight_names take every expert's checkpoint values, expert e: e + 1; the others
     stay as created), then the real _update_gpu_experts_from_batch. Reports what the
     context loads and what each GPU slot's tensors then hold."""
-    from sglang.srt.layers.moe import kt_ep_wrapper
-
     method = moe.quant_method
-    ctx = kt_ep_wrapper.SharedFullContext(
-        layer=moe,
-        init_args=method._full_init_args,
-        global_num_experts=method.global_num_experts,
-        moe_runner_config=moe.moe_runner_config,
-        defer_cpu_buffers=True,
-    )
+    ctx = shared_full_context(moe)
     loaded = list(ctx.weight_names)
     for name in loaded:
         t = getattr(ctx.gpu_layer, name).data
