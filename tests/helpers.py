@@ -103,7 +103,7 @@ def side_by_side(calls: dict[str, Callable[[], object]]) -> dict[str, object]:
     time; results do not depend on the order. Resolve lazily built roots (`stock_root`)
     before calling: the calls run on threads.
     """
-    with ThreadPoolExecutor(max_workers=max(os.cpu_count() or 1, 1)) as pool:
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         futures = {key: pool.submit(call) for key, call in calls.items()}
         return {key: future.result() for key, future in futures.items()}
 

@@ -15,17 +15,15 @@ Nothing is stubbed: the formatters run as subprocesses on the real files.
 from __future__ import annotations
 
 import difflib
-import os
 import shutil
 import subprocess
 import sys
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from helpers import REPO_ROOT, TREES
+from helpers import REPO_ROOT, TREES, side_by_side
 
 TARGETS = ("sglang", "sglang-kt", "sgl-kernel", "sgl-kernel-kt")
 CLANG_FORMAT_STYLE = REPO_ROOT / "tests" / "kernel" / "sgl-kernel.clang-format"
@@ -115,8 +113,8 @@ def findings(tree: Path) -> list[str]:
     a formatter fix the post-image needs and the pre-image did not, or a misspelling on an added line.
     The files are checked side by side (black on a large file takes seconds)."""
     changed = _git(tree, "diff", "--name-only", "--diff-filter=AM", "upstream", "HEAD").split()
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        return [line for lines in pool.map(lambda rel: _file_findings(tree, rel), changed) for line in lines]
+    per_file = side_by_side({rel: lambda rel=rel: _file_findings(tree, rel) for rel in changed})
+    return [line for rel in changed for line in per_file[rel]]
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,6 +171,25 @@ def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) 
     )
 
 
+def _default_signals() -> None:
+    """The tool starts with Ctrl-C and SIGTERM at their defaults, whatever the test runs under (a background job
+    of a script starts with Ctrl-C ignored, and the tool keeps an inherited ignore)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def spawn(*args: str, env: dict[str, str] | None = None, stdout: object = subprocess.PIPE) -> subprocess.Popen:
+    """The tool started in the background, for a test that signals or kills it while it runs."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "sgl_overlay", *args],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+        preexec_fn=_default_signals,
+    )
+
+
 # ----------------------------------------------------------------------------- fork-shaped checkouts
 
 KERNEL = "sgl-kernel/csrc/elementwise/copy.cu"
@@ -274,8 +294,10 @@ PARK = "touch {marker}\nwhile kill -0 $PPID 2>/dev/null; do sleep 0.02; done\nto
 HOLD = "touch {marker}\ni=0\nwhile [ ! -e {marker}.release ] && [ $i -lt 30000 ]; do sleep 0.02; i=$((i+1)); done\n"
 
 
-def default_signals() -> None:
-    """Popen preexec_fn: the tool starts with Ctrl-C and SIGTERM at their defaults, whatever the test runs under
-    (a background job of a script starts with Ctrl-C ignored, and the tool keeps an inherited ignore)."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_DFL)
+def wait_for(path: Path, proc: subprocess.Popen | None = None, seconds: float = 600) -> None:
+    """Until a hook has made `path`; fails if `proc` (the tool) ended first, or after `seconds` (a hang)."""
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert proc is None or proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.01)

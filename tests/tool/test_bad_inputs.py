@@ -6,9 +6,7 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,13 +21,14 @@ from synth import (
     MODEL_PY,
     cli,
     clone,
-    default_signals,
     edit_line,
     git,
     make_overlay,
     make_upstream,
     make_wheel,
     snapshot,
+    spawn,
+    wait_for,
     write,
 )
 
@@ -257,17 +256,8 @@ def test_ctrl_c_rolls_back(tmp_path: Path, when: str) -> None:
     )
     hook.chmod(0o755)
     before = snapshot(co)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sgl_overlay", "--patches", str(ov.patches), "apply", "--checkout", str(co)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=default_signals,
-    )
-    deadline = time.time() + 600
-    while not marker.exists() and time.time() < deadline:
-        time.sleep(0.02)
-    assert marker.exists(), "git am never reached the hook"
+    proc = spawn("--patches", str(ov.patches), "apply", "--checkout", str(co))
+    wait_for(marker, proc)  # git am reached the hook
     os.kill(proc.pid, signal.SIGINT)
     Path(f"{marker}.release").touch()  # the hook lets git am go on: the tool has the signal by then
     out, err = proc.communicate(timeout=60)

@@ -27,6 +27,8 @@ from synth import (
     make_fork_overlay,
     make_overlay,
     snapshot,
+    spawn,
+    wait_for,
     write,
 )
 
@@ -53,23 +55,6 @@ def _hook(co: Path, name: str, body: str) -> Path:
     return hook
 
 
-def _spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "sgl_overlay", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
-
-
-def _wait_for(path: Path, seconds: float = 600) -> None:
-    deadline = time.time() + seconds
-    while not path.exists() and time.time() < deadline:
-        time.sleep(0.01)
-    assert path.exists(), f"{path} never appeared"
-
-
 def _dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
@@ -92,11 +77,11 @@ def test_sigkill_inside_git_am_is_rolled_back_by_abort(tmp_path: Path) -> None:
     marker = tmp_path / "hook-ran"
     _hook(co, "post-applypatch", PARK.format(marker=marker))
     before = snapshot(co)
-    proc = _spawn(*base, "apply", "--checkout", str(co), env={"TMPDIR": str(temp)})
-    _wait_for(marker)
+    proc = spawn(*base, "apply", "--checkout", str(co), env={"TMPDIR": str(temp)})
+    wait_for(marker, proc)
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)
-    _wait_for(Path(f"{marker}.done"))  # git am, killed with the tool, is gone
+    wait_for(Path(f"{marker}.done"))  # git am, killed with the tool, is gone
     assert (co / ".git" / JOURNAL).exists()
     line = _one_error(cli(*base, "apply", "--checkout", str(co), env={"TMPDIR": str(temp)}))
     assert line == (
@@ -134,11 +119,11 @@ def test_sigkill_across_two_targets_rolls_back_both(tmp_path: Path, killed_after
         f"echo x >> {count}\nif [ $(wc -l < {count}) -eq {killed_after} ]; then\n{PARK.format(marker=marker)}fi",
     )
     before = snapshot(co)
-    proc = _spawn(*base, "apply", "--checkout", str(co))
-    _wait_for(marker)
+    proc = spawn(*base, "apply", "--checkout", str(co))
+    wait_for(marker, proc)
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)
-    _wait_for(Path(f"{marker}.done"))
+    wait_for(Path(f"{marker}.done"))
     (co / ".git" / "hooks" / "post-applypatch").unlink()
     abort = cli(*base, "apply", "--abort", "--checkout", str(co))
     assert abort.returncode == 0 and abort.stdout.startswith("rolled back the killed"), (abort.stdout, abort.stderr)
@@ -156,7 +141,7 @@ def test_sigkill_at_any_time_leaves_all_or_nothing(tmp_path: Path, delay: float)
     temp.mkdir()
     _hook(co, "post-applypatch", "sleep 0.3")  # widen the window in which git am runs
     before = snapshot(co)
-    proc = _spawn(*base, "apply", "--checkout", str(co), env={"TMPDIR": str(temp)})
+    proc = spawn(*base, "apply", "--checkout", str(co), env={"TMPDIR": str(temp)})
     time.sleep(delay)
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=30)
@@ -177,8 +162,8 @@ def test_two_applies_at_once_one_wins(tmp_path: Path) -> None:
     base, co = _setup(tmp_path)
     marker = tmp_path / "hook-ran"
     _hook(co, "post-applypatch", HOLD.format(marker=marker))
-    first = _spawn(*base, "apply", "--checkout", str(co))
-    _wait_for(marker)
+    first = spawn(*base, "apply", "--checkout", str(co))
+    wait_for(marker, first)
     line = _one_error(cli(*base, "apply", "--checkout", str(co)))
     Path(f"{marker}.release").touch()
     assert line.startswith(f"{co} is being changed by `sgl-overlay apply` (pid {first.pid}) since "), line
@@ -192,7 +177,7 @@ def test_concurrent_applies_are_consistent(tmp_path: Path) -> None:
     """Two applies started together: each either applies, finds it applied, or names the lock; the
     series is in exactly once."""
     base, co = _setup(tmp_path)
-    runs = [_spawn(*base, "apply", "--checkout", str(co)) for _ in range(2)]
+    runs = [spawn(*base, "apply", "--checkout", str(co)) for _ in range(2)]
     results = [(r.wait(timeout=60), *r.communicate()) for r in runs]
     for code, out, err in results:
         assert (code, err) == (0, "") or (code == 1 and "is being changed by `sgl-overlay apply`" in err), (out, err)
@@ -470,7 +455,7 @@ def test_ctrl_c_while_starting_is_one_line(tmp_path: Path) -> None:
 def test_output_to_a_closed_pipe_is_quiet(tmp_path: Path) -> None:
     """`sgl-overlay status | head -1`: the reader going away is no error line (exit 141, as a shell reports it)."""
     base, co = _setup(tmp_path)
-    proc = _spawn(*base, "status", "--checkout", str(co))
+    proc = spawn(*base, "status", "--checkout", str(co))
     proc.stdout.close()  # before the tool writes: its first write meets a closed pipe
     err = proc.stderr.read()
     assert (proc.wait(timeout=60), err) == (141, "")

@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,39 +20,20 @@ from synth import (
     KT_URL,
     PARK,
     add_kernel_target,
+    cli,
     clone,
-    default_signals,
     git,
     make_fork_checkout,
     make_fork_overlay,
     make_overlay,
     snapshot,
+    spawn,
+    wait_for,
     write,
 )
 
 LOCK = "sgl-overlay.lock"
 JOURNAL = "sgl-overlay-journal.json"
-
-
-def _spawn(*args: str, stdout: object = subprocess.PIPE) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "sgl_overlay", *args],
-        stdout=stdout,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=default_signals,
-    )
-
-
-def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sgl_overlay", *args], capture_output=True, text=True)
-
-
-def _wait_for(path: Path, proc: subprocess.Popen) -> None:
-    """Until the hook has made `path` (the tool is parked inside git am), or the tool has ended (a failure)."""
-    while not path.exists():
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.01)
 
 
 def _hook(co: Path, name: str, body: str) -> None:
@@ -66,8 +46,8 @@ def _kill_inside_am(tmp: Path, co: Path, base: list[str], hook: str, nth: int) -
     """Run apply and SIGKILL it while git am is inside `hook` for the `nth` patch; returns the tool's pid."""
     count, marker = tmp / "count", tmp / "parked"
     _hook(co, hook, f"echo x >> {count}\nif [ $(wc -l < {count}) -eq {nth} ]; then\n{PARK.format(marker=marker)}fi\n")
-    proc = _spawn(*base, "apply", "--checkout", str(co))
-    _wait_for(marker, proc)
+    proc = spawn(*base, "apply", "--checkout", str(co))
+    wait_for(marker, proc)
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)
     (co / ".git" / "hooks" / hook).unlink()
@@ -103,7 +83,7 @@ def test_abort_keeps_edits_and_staged_files_made_after_the_kill(
     write(co, "python/pyproject.toml", mine)
     write(co, "notes.txt", "my staged file\n")
     git(co, "add", "notes.txt")
-    abort = _run(*base, "apply", "--abort", "--checkout", str(co))
+    abort = cli(*base, "apply", "--abort", "--checkout", str(co))
     assert abort.returncode == 0 and abort.stdout.startswith("rolled back the killed"), abort
     assert git(co, "rev-parse", "HEAD") == head and git(co, "symbolic-ref", "HEAD") == "refs/heads/main"
     assert (co / "python/pyproject.toml").read_text() == mine
@@ -125,12 +105,12 @@ def test_abort_refuses_over_an_edit_of_the_runs_own_file(tmp_path: Path, hook: s
     _kill_inside_am(tmp_path, co, base, hook, nth)
     write(co, "python/sglang/hook.py", "my edit\n")
     before = snapshot(co)
-    line = _one_error(_run(*base, "apply", "--abort", "--checkout", str(co)))
+    line = _one_error(cli(*base, "apply", "--abort", "--checkout", str(co)))
     assert line.startswith(f"{co}: python/sglang/hook.py changed since the killed `sgl-overlay apply`"), line
     assert "`git checkout HEAD -- python/sglang/hook.py` there and abort again" in line, line
     assert snapshot(co) == before
     git(co, "checkout", "HEAD", "--", "python/sglang/hook.py")
-    abort = _run(*base, "apply", "--abort", "--checkout", str(co))
+    abort = cli(*base, "apply", "--abort", "--checkout", str(co))
     assert abort.returncode == 0, abort
     assert git(co, "rev-parse", "HEAD") == head and git(co, "status", "--porcelain") == ""
 
@@ -150,7 +130,7 @@ def test_abort_refuses_after_a_branch_switch(tmp_path: Path, hook: str, nth: int
     git(co, "checkout", "-qb", "feature", "origin/main")
     write(co, "python/sglang/model.py", "my edit\n")
     before = snapshot(co)
-    line = _one_error(_run(*base, "apply", "--abort", "--checkout", str(co)))
+    line = _one_error(cli(*base, "apply", "--abort", "--checkout", str(co)))
     assert line.startswith(f"{co} is on branch feature now, the killed `sgl-overlay apply`"), line
     assert "changed branch main" in line and "`git checkout main`" in line, line
     assert snapshot(co) == before
@@ -168,17 +148,17 @@ def test_abort_removes_the_lock_files_the_killed_git_left(tmp_path: Path) -> Non
     for name in names:
         (gd / name).write_text("")
     (gd / "refs/heads/main.lock").write_text("")
-    abort = _run(*base, "apply", "--abort", "--checkout", str(co))
+    abort = cli(*base, "apply", "--abort", "--checkout", str(co))
     assert abort.returncode == 0, abort.stderr
     assert "removed what it left: git's lock file(s) " in abort.stdout, abort.stdout
     for name in [*names, "main.lock"]:
         assert name in abort.stdout, abort.stdout
     assert not [p for p in gd.rglob("*.lock")], list(gd.rglob("*.lock"))
     assert git(co, "rev-parse", "HEAD") == head and git(co, "status", "--porcelain") == ""
-    assert _run(*base, "apply", "--checkout", str(co)).stdout.startswith("applied 2 patch(es)")
+    assert cli(*base, "apply", "--checkout", str(co)).stdout.startswith("applied 2 patch(es)")
 
 
-def test_a_reused_pid_is_a_dead_run(tmp_path: Path) -> None:
+def test_a_reused_pid_is_a_deadcli(tmp_path: Path) -> None:
     """A journal whose pid now names another live process (another start time; its command line says
     sgl-overlay): the run is dead, `--abort` rolls it back; the live process is left alone."""
     ov = make_overlay(tmp_path)
@@ -193,9 +173,9 @@ def test_a_reused_pid_is_a_dead_run(tmp_path: Path) -> None:
     journal.write_text(json.dumps(data))
     (co / ".git" / LOCK).write_text(json.dumps({"pid": stranger.pid, "start": 1, "command": "apply", "started": 0}))
     try:
-        status = _run(*base, "status", "--checkout", str(co))
+        status = cli(*base, "status", "--checkout", str(co))
         assert status.stdout.startswith(f"note: a killed `sgl-overlay apply` (pid {stranger.pid})"), status.stdout
-        abort = _run(*base, "apply", "--abort", "--checkout", str(co))
+        abort = cli(*base, "apply", "--abort", "--checkout", str(co))
         assert abort.returncode == 0 and abort.stdout.startswith("rolled back the killed"), abort
         assert git(co, "rev-parse", "HEAD") == head
         assert stranger.poll() is None
@@ -215,7 +195,7 @@ def _signal_trial(co: Path, base: list[str], out: Path, head: str, delay: float,
     exact whatever moment it lands: a run that had exited got no signal; one that is frozen gets it, having
     printed its report (`out`) or not."""
     with out.open("w") as stdout:
-        proc = _spawn(*base, "apply", "-t", "sglang-kt", "-t", "sgl-kernel", "--checkout", str(co), stdout=stdout)
+        proc = spawn(*base, "apply", "-t", "sglang-kt", "-t", "sgl-kernel", "--checkout", str(co), stdout=stdout)
     time.sleep(delay)
     os.kill(proc.pid, signal.SIGSTOP)
     state = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WSTOPPED | os.WNOWAIT)
@@ -267,7 +247,7 @@ def test_ctrl_c_and_sigterm_at_any_moment_are_never_lost(tmp_path: Path) -> None
     for _ in range(2):
         git(co, "reset", "-q", "--hard", head)
         start = time.monotonic()
-        assert _run(*base, "apply", "-t", "sglang-kt", "-t", "sgl-kernel", "--checkout", str(co)).returncode == 0
+        assert cli(*base, "apply", "-t", "sglang-kt", "-t", "sgl-kernel", "--checkout", str(co)).returncode == 0
         spans.append(time.monotonic() - start)
     span = min(spans)
     outcomes: dict[str, int] = {}
@@ -297,17 +277,17 @@ def test_a_subject_another_target_shares_is_not_this_targets_commit(tmp_path: Pa
     add_kernel_target(ov, tmp_path, KT_URL, name="sgl-kernel-kt", kernel=fork_kernel)
     co = make_fork_checkout(ov, tmp_path / "fork", kernel=fork_kernel)
     base = ["--patches", str(ov.patches)]
-    applied = _run(*base, "apply", "--checkout", str(co))
+    applied = cli(*base, "apply", "--checkout", str(co))
     assert applied.stdout.startswith("applied 3 patch(es)"), applied
-    status = _run(*base, "status", "--checkout", str(co)).stdout
+    status = cli(*base, "status", "--checkout", str(co)).stdout
     kernel_rows = [ln for ln in status.splitlines() if "sgl-kernel/0001" in ln]
     assert kernel_rows and not kernel_rows[0].strip().startswith("applied"), status
     assert any(ln.strip().startswith("applied") and "sgl-kernel-kt/0001" in ln for ln in status.splitlines()), status
     before = snapshot(co)
-    revert = _run(*base, "revert", "-t", "sgl-kernel", "--checkout", str(co))
+    revert = cli(*base, "revert", "-t", "sgl-kernel", "--checkout", str(co))
     assert revert.returncode == 0 and revert.stdout.startswith("nothing to revert"), revert
     assert snapshot(co) == before
-    revert = _run(*base, "revert", "-t", "sgl-kernel-kt", "--checkout", str(co))
+    revert = cli(*base, "revert", "-t", "sgl-kernel-kt", "--checkout", str(co))
     assert revert.returncode == 0 and revert.stdout.startswith("reverted 1"), revert
     subjects = git(co, "log", "--format=%s", "-3").splitlines()
     assert subjects[:2] == ["hook: fix line 5 and model line 30", "model: fix line 10"], subjects
