@@ -6,7 +6,7 @@
 # (the first pinned wheel of a target, without a tag suffix: cp311 for sglang, this machine's
 # Python; see docs/DESIGN.md). build/installed/index.json lists what went where.
 # Then build/installed/venv-cp312: a real Python 3.12 venv with the patched cp312 sglang wheel
-# (--no-deps) and the tool, for `pip show` and `sgl-overlay doctor` as a Python 3.12 user runs them.
+# (pip, --no-deps) and the tool (uv, editable), for `pip show` and `sgl-overlay doctor` as a Python 3.12 user runs them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -36,6 +36,7 @@ py312=$(find_python 3.12)
 read -r -a f <<< "$($TOOL wheels --print-names --out dist -t sglang --for-python 3.12)"
 VENV=build/installed/venv-cp312
 "$py312" -m venv "$VENV"
-"$VENV/bin/python" -m pip install "${PIP_FLAGS[@]}" -e ./python
-"$VENV/bin/python" -m pip install "${PIP_FLAGS[@]}" --no-deps "${f[3]}"
+source scripts/uv_args.sh
+uv_install "$VENV/bin/python" -e ./python  # the tool and its dependencies; uv resolves them in seconds, pip in a minute
+"$VENV/bin/python" -m pip install "${PIP_FLAGS[@]}" --no-deps "${f[3]}"  # the wheel as a user installs it
 echo "installed $(basename "${f[3]}") and sgl-overlay into $VENV ($("$VENV/bin/python" --version))"

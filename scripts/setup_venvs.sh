@@ -54,19 +54,7 @@ ensure_venv .venv "$(stamp_of python/pyproject.toml requirements/tool.txt)" inst
 
 [[ ${1:-} == --tool-only ]] && exit 0
 
-# pip's configuration (pip.conf, PIP_* variables) as uv options: the same indexes, find-links and
-# constraints. uv reads none of pip's settings itself; the first index that has a pinned version wins,
-# so a version on this machine's disk is never downloaded.
-UV_ARGS=(--index-strategy unsafe-best-match)
-pip_setting() { .venv/bin/python -m pip config get "global.$1" 2>/dev/null || true; }
-for url in $(pip_setting index-url) ${PIP_INDEX_URL:-}; do UV_ARGS+=(--index-url "$url"); done
-for url in $(pip_setting extra-index-url) ${PIP_EXTRA_INDEX_URL:-}; do UV_ARGS+=(--extra-index-url "$url"); done
-for dir in $(pip_setting find-links) ${PIP_FIND_LINKS:-}; do UV_ARGS+=(--find-links "$dir"); done
-for file in $(pip_setting constraint) ${PIP_CONSTRAINT:-}; do UV_ARGS+=(--constraint "$file"); done
-cert=$(pip_setting cert)
-if [[ -n $cert ]]; then export SSL_CERT_FILE=${SSL_CERT_FILE:-$cert}; fi
-export UV_CACHE_DIR=${UV_CACHE_DIR:-$PWD/.cache/uv}  # beside .venvs, on one disk: hard links, not copies
-uv_install() { .venv/bin/uv pip install -q --python "$1" "${UV_ARGS[@]}" "${@:2}"; }
+source scripts/uv_args.sh
 want=("$@")
 for req in requirements/*.txt; do
   name=$(basename "$req" .txt)
