@@ -5,11 +5,12 @@ SHELL := /bin/bash
 TOOL := .venv/bin/sgl-overlay
 PYTEST := -m pytest -q -p no:cacheprovider
 
-.PHONY: all venvs trees wheels wheels-only lint test test-tool test-style test-sglang test-sglang-kt test-kernel test-wheels test-launch test-image matrix pins clean
+.PHONY: all venvs trees wheels wheels-only installed lint test test-tool test-style test-sglang test-sglang-kt test-kernel \
+  test-wheels test-wheels-files test-wheels-sglang test-wheels-sglang-kt test-launch test-image matrix pins clean
 
 all: trees wheels
 
-venvs:
+venvs: $(TOOL)
 	scripts/setup_venvs.sh
 
 $(TOOL):
@@ -34,11 +35,17 @@ wheels: trees
 wheels-only: trees
 	$(call build_dist)
 
-test: lint venvs trees test-tool test-style test-sglang test-sglang-kt test-kernel test-wheels test-launch test-image
-# Under `make test`, the tests test-wheels runs against the installed wheels run there only: the installed files
-# are the trees' post-images byte for byte (tests/wheels), so a second run on the trees proves nothing more.
-test: SGLANG_TREE_ARGS = $(addprefix --deselect=,$(SGLANG_WHEEL_TESTS))
-test: KT_TREE_ARGS = $(addprefix --deselect=,$(KT_WHEEL_TESTS))
+# `make test` runs the suites two at a time (a sub-make with -j2): half of them keep only one core busy (git,
+# nvcc, pip). test-wheels, the longest chain (trees, wheels, installs, then three runs), starts first. Each suite's
+# output is printed whole when it ends (--output-sync). Under `make test`:
+# - test-tool waits for the trees, whose real series one of its tests re-applies;
+# - the tests test-wheels runs against the installed wheels run there only: the installed files are the
+#   trees' post-images byte for byte (tests/wheels), so a second run on the trees proves nothing more.
+SUITES := test-wheels test-tool test-kernel test-sglang test-sglang-kt test-style test-launch test-image
+test:
+	$(MAKE) -j2 --output-sync=target --no-print-directory lint $(SUITES) TOOL_TEST_DEPS=trees \
+	  SGLANG_TREE_ARGS="$(addprefix --deselect=,$(SGLANG_WHEEL_TESTS))" \
+	  KT_TREE_ARGS="$(addprefix --deselect=,$(KT_WHEEL_TESTS))"
 
 # ruff.toml: one format and lint configuration for the tool, the tests and the benchmarks.
 LINTED := python tests benchmarks scripts/check_upstream_main.py
@@ -46,7 +53,7 @@ lint: $(TOOL)
 	.venv/bin/ruff format --check $(LINTED)
 	.venv/bin/ruff check $(LINTED)
 
-test-tool: $(TOOL)
+test-tool: $(TOOL) $(TOOL_TEST_DEPS)
 	.venv/bin/python $(PYTEST) tests/tool
 
 # upstream's pre-commit hooks (isort, black, clang-format, codespell) on what every series changes
@@ -83,11 +90,20 @@ SGLANG_WHEEL_TESTS := tests/sglang/test_k3_mega_moe_upstream_tests.py tests/sgla
 KT_REMAP := tests/sglang_kt/test_kt_gpu_expert_remap.py
 KT_WHEEL_TESTS := tests/sglang_kt/test_kt_deep_gemm_copy_list.py $(KT_REMAP)::test_upstream_unit_test_passes_on_patched \
   $(KT_REMAP)::test_upstream_unit_test_fails_on_stock
-test-wheels: venvs wheels
+# The three runs share the installs and nothing else: under `make test` they run beside other suites.
+test-wheels: test-wheels-files test-wheels-sglang test-wheels-sglang-kt
+
+installed: venvs wheels
 	scripts/install_wheels.sh
+
+test-wheels-files: installed
 	.venv/bin/python $(PYTEST) tests/wheels
+
+test-wheels-sglang: installed
 	SGL_OVERLAY_STOCK_ROOT_SGLANG=$(INSTALLED)/stock-sglang SGL_OVERLAY_PATCHED_ROOT_SGLANG=$(INSTALLED)/patched-sglang \
 	  .venvs/sglang/bin/python $(PYTEST) $(SGLANG_WHEEL_TESTS)
+
+test-wheels-sglang-kt: installed
 	SGL_OVERLAY_STOCK_ROOT_SGLANG_KT=$(INSTALLED)/stock-sglang-kt SGL_OVERLAY_PATCHED_ROOT_SGLANG_KT=$(INSTALLED)/patched-sglang-kt \
 	  .venvs/sglang-kt/bin/python $(PYTEST) $(KT_WHEEL_TESTS)
 
