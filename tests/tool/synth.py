@@ -164,11 +164,20 @@ def snapshot(repo: Path) -> tuple:
     )
 
 
+TOOL = [sys.executable, "-m", "sgl_overlay"]  # the tool as a process of its own, from this venv
+ERROR = "sgl-overlay: error: "
+
+
 def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "sgl_overlay", *args], capture_output=True, text=True, cwd=cwd, env=full_env
-    )
+    return subprocess.run([*TOOL, *args], capture_output=True, text=True, cwd=cwd, env={**os.environ, **(env or {})})
+
+
+def one_error(proc: subprocess.CompletedProcess, code: int = 1) -> str:
+    """The tool's one error line (exit `code`), without its prefix."""
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == code, (proc.stdout, proc.stderr)
+    assert len(err) == 1 and err[0].startswith(ERROR), proc.stderr
+    return err[0].removeprefix(ERROR)
 
 
 def _default_signals() -> None:
@@ -181,7 +190,7 @@ def _default_signals() -> None:
 def spawn(*args: str, env: dict[str, str] | None = None, stdout: object = subprocess.PIPE) -> subprocess.Popen:
     """The tool started in the background, for a test that signals or kills it while it runs."""
     return subprocess.Popen(
-        [sys.executable, "-m", "sgl_overlay", *args],
+        [*TOOL, *args],
         stdout=stdout,
         stderr=subprocess.PIPE,
         text=True,

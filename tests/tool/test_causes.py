@@ -8,25 +8,12 @@ import contextlib
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from synth import clone, git, make_overlay, snapshot, write
-
-
-def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "sgl_overlay", *args], capture_output=True, text=True, env={**os.environ, **(env or {})}
-    )
-
-
-def _one_error(proc: subprocess.CompletedProcess) -> str:
-    err = proc.stderr.strip().splitlines()
-    assert proc.returncode == 1 and len(err) == 1 and err[0].startswith("sgl-overlay: error: "), proc
-    return err[0].removeprefix("sgl-overlay: error: ")
+from synth import cli, clone, git, make_overlay, one_error, snapshot, write
 
 
 @contextlib.contextmanager
@@ -63,11 +50,11 @@ def test_a_full_disk_is_named(tmp_path: Path, pages: int) -> None:
         filler = small / "filler-65536"
         os.truncate(filler, max(filler.stat().st_size - pages * 4096, 0))
         before = snapshot(co)
-        proc = _run("--patches", str(ov.patches), "apply", "--checkout", str(co))
+        proc = cli("--patches", str(ov.patches), "apply", "--checkout", str(co))
         if proc.returncode == 0:  # the room left was enough
             assert pages > 0 and proc.stdout.startswith("applied 2 patch(es)"), proc
             return
-        line = _one_error(proc)
+        line = one_error(proc)
         assert "no space left on" in line.lower() and "free some space" in line, line
         assert "missing file" not in line and "conflict" not in line, line
         assert snapshot(co) == before
@@ -89,7 +76,7 @@ def test_a_read_only_checkout_names_its_lock_not_a_temp_name(tmp_path: Path) -> 
                 pytest.skip("the bind mount is writable here: no read-only case to test")
             except OSError:
                 pass
-        line = _one_error(_run("--patches", str(ov.patches), "apply", "--checkout", str(view)))
+        line = one_error(cli("--patches", str(ov.patches), "apply", "--checkout", str(view)))
         assert line.startswith(f"cannot create {view / '.git' / 'sgl-overlay.lock'} (Read-only file system)"), line
         assert ".lock." not in line and "must be writable" in line, line
 
@@ -104,7 +91,7 @@ def test_a_checkout_another_user_owns_is_named(tmp_path: Path) -> None:
     for root, dirs, files in os.walk(co):
         for name in dirs + files:
             os.lchown(os.path.join(root, name), 4242, 4242)
-    line = _one_error(_run("--patches", str(ov.patches), "status", "--checkout", str(co), env={"HOME": str(tmp_path)}))
+    line = one_error(cli("--patches", str(ov.patches), "status", "--checkout", str(co), env={"HOME": str(tmp_path)}))
     assert line.startswith(f"git refuses {co}: another user owns it"), line
     assert f"`git config --global --add safe.directory {co}`" in line, line
 
@@ -117,7 +104,7 @@ def test_a_crlf_patch_file_is_named_and_no_advice_writes_the_manifest(tmp_path: 
     patch.write_bytes(patch.read_bytes().replace(b"\n", b"\r\n"))
     manifest = (ov.patches / "manifest.toml").read_bytes()
     co = clone(ov.upstream, tmp_path / "checkout")
-    line = _one_error(_run("--patches", str(ov.patches), "status", "--checkout", str(co)))
+    line = one_error(cli("--patches", str(ov.patches), "status", "--checkout", str(co)))
     assert line.startswith(f"{patch} has CRLF line ends"), line
     assert "sgl-overlay pins" not in line and "core.autocrlf false" in line, line
     assert (ov.patches / "manifest.toml").read_bytes() == manifest
@@ -128,14 +115,14 @@ def test_a_revert_gpg_cannot_sign_is_named(tmp_path: Path) -> None:
     with the two ways on; the tree as it was."""
     ov = make_overlay(tmp_path)
     base, co = ["--patches", str(ov.patches)], clone(ov.upstream, tmp_path / "checkout")
-    assert _run(*base, "apply", "--checkout", str(co)).returncode == 0
+    assert cli(*base, "apply", "--checkout", str(co)).returncode == 0
     write(co, "notes.txt", "later\n")
     git(co, "add", "notes.txt")
     git(co, "commit", "-qm", "later work")
     git(co, "config", "commit.gpgSign", "true")
     git(co, "config", "gpg.program", "false")
     before = snapshot(co)
-    line = _one_error(_run(*base, "revert", "--checkout", str(co)))
+    line = one_error(cli(*base, "revert", "--checkout", str(co)))
     assert "gpg could not sign the revert commits" in line and "commit.gpgSign false" in line, line
     assert snapshot(co) == before
 
@@ -145,7 +132,7 @@ def test_doctor_python_that_prints_no_json(tmp_path: Path) -> None:
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\necho 'Python wrapper: hello'\n")
     fake.chmod(0o755)
-    line = _one_error(_run("--patches", str(ov.patches), "doctor", "--python", str(fake), "--no-live"))
+    line = one_error(cli("--patches", str(ov.patches), "doctor", "--python", str(fake), "--no-live"))
     assert line == (
         f"{fake} did not answer the environment probe (its last line: 'Python wrapper: hello'); pass --python the "
         "environment's Python interpreter itself"
@@ -161,7 +148,7 @@ def test_doctor_knows_a_users_own_patched_build(tmp_path: Path) -> None:
     write(co, "python/sglang/model.py", (co / "python/sglang/model.py").read_text() + "line 41, the fork's own\n")
     git(co, "commit", "-qam", "fork: a line of its own")
     stock = {name: (co / "python/sglang" / name).read_text() for name in ("model.py", "hook.py")}
-    assert _run("--patches", str(ov.patches), "apply", "--checkout", str(co)).returncode == 0
+    assert cli("--patches", str(ov.patches), "apply", "--checkout", str(co)).returncode == 0
     for label, files in (("patched", None), ("stock", stock)):
         site = tmp_path / label
         (site / "sglang").mkdir(parents=True)
@@ -171,7 +158,7 @@ def test_doctor_knows_a_users_own_patched_build(tmp_path: Path) -> None:
         info = site / "sglang-1.0+local.dist-info"
         info.mkdir()
         (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 1.0+local\n")
-        proc = _run("--patches", str(ov.patches), "doctor", "--site", str(site), "--no-live")
+        proc = cli("--patches", str(ov.patches), "doctor", "--site", str(site), "--no-live")
         if label == "patched":
             assert proc.returncode == 0 and "MISSING" not in proc.stdout, proc.stdout + proc.stderr
         else:
@@ -194,9 +181,9 @@ def test_wheels_checkout_of_the_kt_fork_names_its_version_variable(tmp_path: Pat
     git(co, "add", "-A")
     git(co, "commit", "-qm", "packaging as the KT fork has it")
     base = ["--patches", str(ov.patches)]
-    assert _run(*base, "apply", "--checkout", str(co)).returncode == 0
+    assert cli(*base, "apply", "--checkout", str(co)).returncode == 0
     out = tmp_path / "dist"
-    line = _one_error(_run(*base, "wheels", "--checkout", str(co), "--out", str(out)))
+    line = one_error(cli(*base, "wheels", "--checkout", str(co), "--out", str(out)))
     assert "setup.py takes the version from $SGLANG_KT_VERSION, not from tags" in line, line
     assert "git fetch --tags" not in line, line
 
@@ -209,6 +196,6 @@ def test_an_edit_hidden_by_skip_worktree_is_named(tmp_path: Path) -> None:
     git(co, "update-index", "--skip-worktree", "python/sglang/model.py")
     write(co, "python/sglang/model.py", (co / "python/sglang/model.py").read_text().replace("line 20\n", "mine\n"))
     before = snapshot(co)
-    line = _one_error(_run("--patches", str(ov.patches), "apply", "--checkout", str(co)))
+    line = one_error(cli("--patches", str(ov.patches), "apply", "--checkout", str(co)))
     assert line.startswith(f"python/sglang/model.py in {co} is edited but marked --skip-worktree"), line
     assert snapshot(co) == before

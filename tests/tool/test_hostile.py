@@ -26,6 +26,7 @@ from synth import (
     make_fork_checkout,
     make_fork_overlay,
     make_overlay,
+    one_error,
     snapshot,
     spawn,
     wait_for,
@@ -39,13 +40,6 @@ JOURNAL = "sgl-overlay-journal.json"
 def _setup(tmp: Path) -> tuple[list[str], Path]:
     ov = make_overlay(tmp)
     return ["--patches", str(ov.patches)], clone(ov.upstream, tmp / "checkout")
-
-
-def _one_error(proc: subprocess.CompletedProcess, code: int = 1) -> str:
-    err = proc.stderr.strip().splitlines()
-    assert proc.returncode == code, (proc.stdout, proc.stderr)
-    assert len(err) == 1 and err[0].startswith("sgl-overlay: error: "), proc.stderr
-    return err[0].removeprefix("sgl-overlay: error: ")
 
 
 def _hook(co: Path, name: str, body: str) -> Path:
@@ -83,7 +77,7 @@ def test_sigkill_inside_git_am_is_rolled_back_by_abort(tmp_path: Path) -> None:
     proc.communicate(timeout=60)
     wait_for(Path(f"{marker}.done"))  # git am, killed with the tool, is gone
     assert (co / ".git" / JOURNAL).exists()
-    line = _one_error(cli(*base, "apply", "--checkout", str(co), env={"TMPDIR": str(temp)}))
+    line = one_error(cli(*base, "apply", "--checkout", str(co), env={"TMPDIR": str(temp)}))
     assert line == (
         f"a killed `sgl-overlay apply` (pid {proc.pid}) left {co} mid-change (journal {co / '.git' / JOURNAL}, "
         f"HEAD before {before[0][:12]}); roll it back with `sgl-overlay apply --abort --checkout {co}`"
@@ -164,7 +158,7 @@ def test_two_applies_at_once_one_wins(tmp_path: Path) -> None:
     _hook(co, "post-applypatch", HOLD.format(marker=marker))
     first = spawn(*base, "apply", "--checkout", str(co))
     wait_for(marker, first)
-    line = _one_error(cli(*base, "apply", "--checkout", str(co)))
+    line = one_error(cli(*base, "apply", "--checkout", str(co)))
     Path(f"{marker}.release").touch()
     assert line.startswith(f"{co} is being changed by `sgl-overlay apply` (pid {first.pid}) since "), line
     assert line.endswith(f"(lock {co / '.git' / LOCK}); wait for it to finish")
@@ -196,7 +190,7 @@ def test_stale_lock_is_named_and_removed_by_abort(tmp_path: Path, holder: str) -
     lock = co / ".git" / LOCK
     lock.write_text(f'{{"pid": {pid}, "start": 1, "command": "apply", "started": 0}}')
     before = snapshot(co)
-    line = _one_error(cli(*base, "apply", "--checkout", str(co)))
+    line = one_error(cli(*base, "apply", "--checkout", str(co)))
     assert line == (
         f"stale lock {lock} of `sgl-overlay apply` (pid {pid}), which no longer runs; remove it with "
         f"`sgl-overlay apply --abort --checkout {co}`"
@@ -224,7 +218,7 @@ def test_abort_keeps_commits_the_dead_run_did_not_make(tmp_path: Path) -> None:
     git(co, "add", "notes.txt")
     git(co, "commit", "-qm", "my own work")
     before = snapshot(co)
-    line = _one_error(cli(*base, "apply", "--abort", "--checkout", str(co)))
+    line = one_error(cli(*base, "apply", "--abort", "--checkout", str(co)))
     assert "did not make (first: " in line and "my own work" in line and f"`rm {co / '.git' / JOURNAL}" in line, line
     assert snapshot(co) == before
 
@@ -282,7 +276,7 @@ def test_bisect_in_progress_is_refused(tmp_path: Path) -> None:
     base, co = _setup(tmp_path)
     git(co, "bisect", "start")
     before = snapshot(co)
-    line = _one_error(cli(*base, "apply", "--checkout", str(co)))
+    line = one_error(cli(*base, "apply", "--checkout", str(co)))
     assert line.startswith(f"{co} has a bisect in progress") and "run `git bisect reset` there" in line, line
     assert snapshot(co) == before
 
@@ -297,7 +291,7 @@ def test_merge_in_progress_gets_merge_advice(tmp_path: Path) -> None:
     git(co, "commit", "-qam", "main")
     git(co, "merge", "side", check=False)
     before = snapshot(co)
-    line = _one_error(cli(*base, "apply", "--checkout", str(co)))
+    line = one_error(cli(*base, "apply", "--checkout", str(co)))
     assert line == f"{co} has a merge in progress; finish it or run `git merge --abort` there, then try again"
     assert snapshot(co) == before
 
@@ -306,7 +300,7 @@ def test_commit_msg_hook_is_not_bypassed(tmp_path: Path) -> None:
     base, co = _setup(tmp_path)
     hook = _hook(co, "commit-msg", "exit 0")
     before = snapshot(co)
-    line = _one_error(cli(*base, "apply", "--checkout", str(co)))
+    line = one_error(cli(*base, "apply", "--checkout", str(co)))
     assert line.startswith(f"{co} has a commit-msg hook ({hook}) that `git am` does not run"), line
     assert f"`chmod -x {hook}`" in line
     assert snapshot(co) == before
@@ -316,7 +310,7 @@ def test_a_silently_failing_hook_is_named(tmp_path: Path) -> None:
     base, co = _setup(tmp_path)
     hook = _hook(co, "pre-applypatch", "exit 1")
     before = snapshot(co)
-    line = _one_error(cli(*base, "apply", "--checkout", str(co)))
+    line = one_error(cli(*base, "apply", "--checkout", str(co)))
     assert f"the pre-applypatch hook ({hook}) refused it" in line and "tree left unchanged" in line, line
     assert snapshot(co) == before
 
@@ -333,7 +327,7 @@ def test_revert_without_identity_says_so(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     env = {"HOME": str(home), "XDG_CONFIG_HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1", "EMAIL": ""}
-    line = _one_error(cli(*base, "revert", "--checkout", str(co), env=env))
+    line = one_error(cli(*base, "revert", "--checkout", str(co), env=env))
     assert "git has no identity for the revert commits; set it with `git config user.name NAME`" in line, line
     assert snapshot(co) == before
 
@@ -342,7 +336,7 @@ def test_untracked_file_where_a_patch_adds_one(tmp_path: Path) -> None:
     base, co = _setup(tmp_path)
     write(co, "test/test_model.py", "my own test\n")
     before = snapshot(co)
-    line = _one_error(cli(*base, "apply", "--checkout", str(co)))
+    line = one_error(cli(*base, "apply", "--checkout", str(co)))
     assert line == (
         f"sglang/0001-model-fix-line-10.patch adds test/test_model.py, but an untracked file is there in {co}; "
         "move it away, then apply again (tree left unchanged)"
@@ -357,7 +351,7 @@ def test_git_missing_from_path(tmp_path: Path) -> None:
     base, co = _setup(tmp_path)
     empty = tmp_path / "empty-bin"
     empty.mkdir()
-    line = _one_error(cli(*base, "status", "--checkout", str(co), env={"PATH": str(empty)}))
+    line = one_error(cli(*base, "status", "--checkout", str(co), env={"PATH": str(empty)}))
     assert line == "git is not on PATH (git --version); install it or add it to PATH"
 
 
@@ -368,7 +362,7 @@ def test_broken_git_first_on_path(tmp_path: Path) -> None:
     (fake / "git").write_text("#!/bin/sh\necho 'git: cannot load libgit' >&2\nexit 127\n")
     (fake / "git").chmod(0o755)
     env = {"PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
-    line = _one_error(cli(*base, "status", "--checkout", str(co), env=env))
+    line = one_error(cli(*base, "status", "--checkout", str(co), env=env))
     assert line == (
         f"{fake / 'git'} does not work as git (`git --version`: git: cannot load libgit); put a working git first on PATH"
     )
@@ -378,19 +372,19 @@ def test_manifest_not_utf8(tmp_path: Path) -> None:
     base, co = _setup(tmp_path)
     manifest = Path(base[1]) / "manifest.toml"
     manifest.write_bytes(manifest.read_bytes() + b"# caf\xe9\n")
-    line = _one_error(cli(*base, "status", "--checkout", str(co)))
+    line = one_error(cli(*base, "status", "--checkout", str(co)))
     assert line.startswith(f"{manifest} is not UTF-8 text (") and "restore it with `git checkout" in line, line
 
 
 def test_doctor_python_that_does_not_exist(tmp_path: Path) -> None:
     base, _ = _setup(tmp_path)
-    line = _one_error(cli(*base, "doctor", "--python", "/nonexistent/python", "--no-live"))
+    line = one_error(cli(*base, "doctor", "--python", "/nonexistent/python", "--no-live"))
     assert line.startswith("/nonexistent/python does not exist ("), line
 
 
 def test_doctor_site_that_does_not_exist(tmp_path: Path) -> None:
     base, _ = _setup(tmp_path)
-    line = _one_error(cli(*base, "doctor", "--site", str(tmp_path / "nope"), "--no-live"), code=2)
+    line = one_error(cli(*base, "doctor", "--site", str(tmp_path / "nope"), "--no-live"), code=2)
     assert line.startswith(f"--site {tmp_path / 'nope'} is not a folder"), line
 
 
@@ -402,7 +396,7 @@ def test_global_options_after_the_command(tmp_path: Path) -> None:
 
 def test_unknown_target_is_a_usage_error(tmp_path: Path) -> None:
     base, co = _setup(tmp_path)
-    line = _one_error(cli(*base, "status", "-t", "nope", "--checkout", str(co)), code=2)
+    line = one_error(cli(*base, "status", "-t", "nope", "--checkout", str(co)), code=2)
     assert line.startswith("unknown target 'nope'; known targets: sglang"), line
 
 
@@ -421,7 +415,7 @@ def test_missing_file_names_the_target_that_applies_alone(tmp_path: Path) -> Non
     git(co, "add", "-A")
     git(co, "commit", "-qm", "no hook.py; sgl-kernel/")
     before = snapshot(co)
-    line = _one_error(cli("--patches", str(ov.patches), "apply", "--checkout", str(co)))
+    line = one_error(cli("--patches", str(ov.patches), "apply", "--checkout", str(co)))
     assert "missing file python/sglang/hook.py" in line, line
     assert line.endswith(f"; `sgl-overlay apply -t sgl-kernel --checkout {co}` applies sgl-kernel alone"), line
     assert snapshot(co) == before

@@ -26,6 +26,7 @@ from synth import (
     make_fork_checkout,
     make_fork_overlay,
     make_overlay,
+    one_error,
     snapshot,
     spawn,
     wait_for,
@@ -52,12 +53,6 @@ def _kill_inside_am(tmp: Path, co: Path, base: list[str], hook: str, nth: int) -
     proc.communicate(timeout=60)
     (co / ".git" / "hooks" / hook).unlink()
     return proc.pid
-
-
-def _one_error(proc: subprocess.CompletedProcess) -> str:
-    err = proc.stderr.strip().splitlines()
-    assert proc.returncode == 1 and len(err) == 1 and err[0].startswith("sgl-overlay: error: "), proc
-    return err[0].removeprefix("sgl-overlay: error: ")
 
 
 # Where the kill lands: the first patch in the index but not committed (pre-applypatch), the first patch
@@ -105,7 +100,7 @@ def test_abort_refuses_over_an_edit_of_the_runs_own_file(tmp_path: Path, hook: s
     _kill_inside_am(tmp_path, co, base, hook, nth)
     write(co, "python/sglang/hook.py", "my edit\n")
     before = snapshot(co)
-    line = _one_error(cli(*base, "apply", "--abort", "--checkout", str(co)))
+    line = one_error(cli(*base, "apply", "--abort", "--checkout", str(co)))
     assert line.startswith(f"{co}: python/sglang/hook.py changed since the killed `sgl-overlay apply`"), line
     assert "`git checkout HEAD -- python/sglang/hook.py` there and abort again" in line, line
     assert snapshot(co) == before
@@ -130,7 +125,7 @@ def test_abort_refuses_after_a_branch_switch(tmp_path: Path, hook: str, nth: int
     git(co, "checkout", "-qb", "feature", "origin/main")
     write(co, "python/sglang/model.py", "my edit\n")
     before = snapshot(co)
-    line = _one_error(cli(*base, "apply", "--abort", "--checkout", str(co)))
+    line = one_error(cli(*base, "apply", "--abort", "--checkout", str(co)))
     assert line.startswith(f"{co} is on branch feature now, the killed `sgl-overlay apply`"), line
     assert "changed branch main" in line and "`git checkout main`" in line, line
     assert snapshot(co) == before
@@ -158,7 +153,7 @@ def test_abort_removes_the_lock_files_the_killed_git_left(tmp_path: Path) -> Non
     assert cli(*base, "apply", "--checkout", str(co)).stdout.startswith("applied 2 patch(es)")
 
 
-def test_a_reused_pid_is_a_deadcli(tmp_path: Path) -> None:
+def test_a_reused_pid_is_a_dead_run(tmp_path: Path) -> None:
     """A journal whose pid now names another live process (another start time; its command line says
     sgl-overlay): the run is dead, `--abort` rolls it back; the live process is left alone."""
     ov = make_overlay(tmp_path)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sgl_overlay.manifest import load_manifest
 from sgl_overlay.series import BUG, FORWARDED, NOT_YET, Series, read_patch
-from synth import MODEL_PY, Overlay, blob, cli, edit_line, git, make_overlay, pin_wheel, snapshot
+from synth import MODEL_PY, Overlay, blob, cli, edit_line, git, make_overlay, one_error, pin_wheel, snapshot
 
 REPO_PATCHES = Path(__file__).resolve().parents[2] / "patches"
 URL = re.compile(r"https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+")
@@ -19,13 +19,6 @@ def _ok(*args: str) -> str:
     proc = cli(*args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
-
-
-def _one_error(proc) -> str:
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("sgl-overlay: error: "), proc.stderr
-    return lines[0]
 
 
 def _laid_out(tmp: Path, ov: Overlay | None = None, trees: str = "trees") -> tuple[Overlay, list[str], Path]:
@@ -75,9 +68,9 @@ def test_export_writes_identity_trailers_and_base_commit_and_reexports_byte_for_
     manifest = ov.patches / "manifest.toml"
     manifest.write_text(manifest.read_text().replace("schema = 1\n", f'schema = 1\nidentity = "{IDENTITY}"\n', 1))
     before = snapshot(ov.patches)
-    line = _one_error(cli(*base, "export"))
+    line = one_error(cli(*base, "export"))
     assert re.fullmatch(
-        r"sgl-overlay: error: sglang: the message of 0001-model-fix-line-10\.patch has no `Bug:` trailer; end it "
+        r"sglang: the message of 0001-model-fix-line-10\.patch has no `Bug:` trailer; end it "
         r"with `Bug: <issue URL>` and `Forwarded: <pull request URL>` \(`not-yet` where there is none: "
         r"`git rebase -i upstream`, reword\), then export again",
         line,
@@ -155,7 +148,7 @@ def test_applied_upstream_naming_no_patch_of_the_series_is_refused(tmp_path):
     ov = make_overlay(tmp_path)
     manifest = ov.patches / "manifest.toml"
     manifest.write_text(manifest.read_text() + '\n[targets.sglang.applied_upstream]\n"0009-gone.patch" = "1.1"\n')
-    line = _one_error(cli("--patches", str(ov.patches), "status"))
+    line = one_error(cli("--patches", str(ov.patches), "status"))
     assert line.endswith(
         "target 'sglang': applied_upstream names 0009-gone.patch, which is not in its patches list; "
         "name a patch of the series (a dropped patch needs no entry)"
@@ -180,7 +173,7 @@ def test_fetch_refuses_a_pin_that_already_holds_a_patch(tmp_path):
     pin_wheel(ov, tmp_path / "cache", {"sglang/model.py": fixed, "sglang/hook.py": "unchanged\n"})
     before = snapshot(tmp_path / "trees")
     base = ["--patches", str(ov.patches), "--cache", str(tmp_path / "cache"), "--trees", str(tmp_path / "trees")]
-    assert _one_error(cli(*base, "fetch", "--offline")) == "sgl-overlay: error: " + _no_op_line(ov, 0)
+    assert one_error(cli(*base, "fetch", "--offline")) == _no_op_line(ov, 0)
     assert snapshot(tmp_path / "trees") == before
 
 
