@@ -32,6 +32,7 @@ import argparse
 import concurrent.futures
 import datetime as _dt
 import functools
+import hashlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -443,6 +444,7 @@ class Bench:
         entry["launches_per_call"] = launches
         entry["shape"] = list(out.shape)
         out = out.clone()
+        entry["out_sha1"] = hashlib.sha1(out.view(torch.int16).cpu().numpy().tobytes()).hexdigest()
         if one_pass is not None:
             entry["vs_one_pass"] = errors(out, one_pass)
         entry["eager"] = self.time_us(lambda: self.call(x, topk_ids, topk_weights, cap))
@@ -514,8 +516,6 @@ def versions(deep_gemm) -> dict:
 
 
 def sources(src: Path) -> dict:
-    import hashlib
-
     def blob(data: bytes) -> str:  # git's blob id, as `git ls-tree` names the file
         return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
@@ -550,6 +550,35 @@ def warm_jit(args) -> dict:
         return dict(pool.map(one, caps))
 
 
+def run_stock(args, configs, problems) -> dict:
+    """The pre-image's one pass per N (stock), same weights and inputs (same seeds), beside the patched one."""
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, __file__, "--src", str(args.stock_src), "--out", out, "--passes", "1", "--no-jit-warm"]
+        for key in ("rows", "hidden", "intermediate", "experts", "top_k", "warmup", "repeats", "seed"):
+            value = getattr(args, key)
+            cmd += [f"--{key.replace('_', '-')}", ",".join(map(str, value)) if isinstance(value, list) else str(value)]
+        cmd += ["--routed-scaling-factor", str(args.routed_scaling_factor)]
+        if args.activation_clamp is not None:
+            cmd += ["--activation-clamp", str(args.activation_clamp)]
+        cmd += ["--no-graph"] if args.no_graph else []
+        cmd += ["--cpu-check"] if args.cpu_check else []
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=max(args.deadline_s, 60))
+        path = Path(out) / "mega_moe_sm90_bench.json"
+        if not path.is_file():
+            problems.append(f"stock: rc {proc.returncode}: {(proc.stdout + proc.stderr)[-2000:]}")
+            return {"rc": proc.returncode}
+        stock = json.loads(path.read_text())
+    patched = {c["rows"]: c for c in configs if c.get("cap") == c.get("rows") and "error" not in c}
+    for c in stock["configs"]:
+        mine = patched.get(c["rows"])
+        if mine is None or "error" in c:
+            continue
+        c["same_output_as_patched"] = c["out_sha1"] == mine["out_sha1"]
+        if not c["same_output_as_patched"]:
+            problems.append(f"N={c['rows']}: the patched one pass differs from stock's")
+    return {"sources_git_blob": stock["sources_git_blob"], "configs": stock["configs"], "problems": stock["problems"]}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--src", type=Path, default=ROOT / "build/trees/sglang/python", help="sglang's python/ folder")
@@ -571,12 +600,19 @@ def main(argv=None) -> int:
     p.add_argument("--tol-ref", type=float, default=0.1, help="rel. L2 error of one pass against the float reference")
     p.add_argument("--deadline-s", type=float, default=420, help="skip the configs left after this many seconds")
     p.add_argument("--jit-workers", type=int, default=8)
+    p.add_argument(
+        "--stock-src", type=Path, help="the same files at the pre-image: one pass per N, in a second process"
+    )
     p.add_argument("--no-graph", action="store_true")
     p.add_argument("--no-jit-warm", action="store_true")
     p.add_argument("--jit-only", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--cpu-check", action="store_true", help="run on CPU over a float reference kernel")
     p.add_argument("--markdown", type=Path, help="rewrite the Markdown of a result JSON")
+    p.add_argument("--print-real", action="store_true", help="print the files loaded for real (for the carry)")
     args = p.parse_args(argv)
+    if args.print_real:
+        print("\n".join(REAL.values()))
+        return 0
     if args.markdown:
         data = json.loads(args.markdown.read_text())
         args.markdown.with_suffix(".md").write_text(markdown(data))
@@ -634,6 +670,11 @@ def main(argv=None) -> int:
             problems += check(entry, args.tol_passes)
             configs.append(entry)
             print(json.dumps(entry), flush=True)
+    if args.stock_src and not args.jit_only:
+        if time.perf_counter() - t_start > args.deadline_s:
+            problems.append("stock: skipped, past --deadline-s")
+        else:
+            result["stock"] = run_stock(args, configs, problems)
     result.update(
         configs=configs,
         problems=problems,
@@ -693,6 +734,25 @@ def markdown(result: dict) -> str:
             f"{g['replay_vs_eager']['bitwise_equal'] if 'replay_vs_eager' in g else g.get('error', '-')} | "
             f"{ref_cell} |"
         )
+    stock = result.get("stock", {}).get("configs", [])
+    if stock:
+        lines += [
+            "",
+            "Stock (the pre-image files, one pass, a second process; same weights and inputs):",
+            "",
+            "| N | eager µs | eager µs/row | graph µs | graph µs/row | output = patched one pass |",
+            "| ---: | ---: | ---: | ---: | ---: | --- |",
+        ]
+        for c in stock:
+            if "error" in c:
+                lines.append(f"| {c['rows']} | error: {c['error'][:200]} | | | | |")
+                continue
+            gt = c.get("graph", {}).get("timing", {})
+            lines.append(
+                f"| {c['rows']} | {_fmt(c['eager']['median_us'], '.1f')} | {_fmt(c['eager']['us_per_row'], '.4f')} | "
+                f"{_fmt(gt.get('median_us'), '.1f')} | {_fmt(gt.get('us_per_row'), '.4f')} | "
+                f"{c.get('same_output_as_patched', '-')} |"
+            )
     lines += ["", f"Problems: {result['problems'] or 'none'}.", ""]
     return "\n".join(lines)
 

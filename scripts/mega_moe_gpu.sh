@@ -42,7 +42,7 @@ if [ "${1:-}" = "--device" ]; then
   echo "=== deep_gemm import"
   python3 -c 'import deep_gemm, tvm_ffi; print("deep_gemm", deep_gemm.__version__, deep_gemm.__file__, "tvm_ffi", tvm_ffi.__version__)' || exit 1
   echo "=== bench ($(date -u +%T))"
-  python3 "$HERE/mega_moe_sm90_bench.py" --src "$HERE/src" --out "$OUT" "$@"
+  python3 "$HERE/mega_moe_sm90_bench.py" --src "$HERE/src" --stock-src "$HERE/stock" --out "$OUT" "$@"
   rc=$?
   echo "=== bench rc $rc ($(date -u +%T))"
   tar czf "$OUT/dg_jit_cache.tgz" -C /tmp dg_jit_cache
@@ -63,7 +63,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 TREE=$ROOT/build/trees/sglang
-FILES="python/sglang/srt/environ.py python/sglang/srt/layers/moe/mega_moe.py python/sglang/srt/layers/moe/mega_moe_sm90.py"
+PY=${PYTHON:-$ROOT/.venvs/sglang/bin/python}
+[ -x "$PY" ] || PY=python3
+# The files the harness loads for real (its REAL), under sglang's python/.
+FILES=$("$PY" "$ROOT/benchmarks/mega_moe_sm90_bench.py" --print-real | sed 's|^|python/|') || exit 1
 [ -d "$TREE/.git" ] || { echo "mega_moe_gpu.sh: $TREE is missing; run \`make trees\` first" >&2; exit 1; }
 git -C "$MAIN" check-ignore -q "$CARRY/x" || {
   echo "mega_moe_gpu.sh: $MAIN/$CARRY is not ignored by git there; pick an ignored --carry (or add it to .git/info/exclude)" >&2
@@ -72,12 +75,16 @@ git -C "$MAIN" check-ignore -q "$CARRY/x" || {
 DEST=$MAIN/$CARRY
 rm -rf "$DEST" && mkdir -p "$DEST/src" "$DEST/whl" || exit 1
 for f in $FILES; do
-  mkdir -p "$DEST/src/$(dirname "${f#python/}")" && cp "$TREE/$f" "$DEST/src/${f#python/}" || exit 1
+  mkdir -p "$DEST/src/$(dirname "${f#python/}")" "$DEST/stock/$(dirname "${f#python/}")" || exit 1
+  cp "$TREE/$f" "$DEST/src/${f#python/}" || exit 1
+  git -C "$TREE" show "upstream:$f" > "$DEST/stock/${f#python/}" || exit 1
 done
 {
   echo "build/trees/sglang $(git -C "$TREE" rev-parse HEAD): $(git -C "$TREE" log -1 --format=%s)"
   git -C "$TREE" diff --quiet HEAD -- $FILES && echo "files as committed there:" || echo "files WITH UNCOMMITTED CHANGES there:"
   for f in $FILES; do echo "  $(git -C "$TREE" hash-object "$TREE/$f") $f"; done
+  echo "stock (upstream):"
+  for f in $FILES; do echo "  $(git -C "$TREE" rev-parse "upstream:$f") $f"; done
 } > "$DEST/src/SOURCES"
 cp "$ROOT/benchmarks/mega_moe_sm90_bench.py" "$ROOT/scripts/mega_moe_gpu.sh" "$DEST/" || exit 1
 for spec in sgl-deep-gemm==0.1.5.post1 apache-tvm-ffi==0.1.11; do
