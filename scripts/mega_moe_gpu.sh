@@ -11,7 +11,9 @@
 #     --jit-cache: a dg_jit_cache.tgz an earlier call returned (skips DeepGEMM's JIT compile).
 # There (what the printed call runs):
 #   bash REL/mega_moe_gpu.sh --device [harness args]
-#     results, run.log and dg_jit_cache.tgz under $OUT; exit status 1 on any problem.
+#     results, run.log and dg_jit_cache.tgz under $OUT; exit status 1 on any problem. Then the
+#     same grid with DeepGEMM's swap-AB off (DG_SM90_FP8_SWAP_AB=0) under $OUT/swap_ab_off
+#     (SWAP_AB_OFF_RUN=0 skips it).
 set -u -o pipefail
 
 if [ "${1:-}" = "--device" ]; then
@@ -45,6 +47,14 @@ if [ "${1:-}" = "--device" ]; then
   python3 "$HERE/mega_moe_sm90_bench.py" --src "$HERE/src" --stock-src "$HERE/stock" --out "$OUT" "$@"
   rc=$?
   echo "=== bench rc $rc ($(date -u +%T))"
+  if [ "${SWAP_AB_OFF_RUN:-1}" = 1 ]; then
+    # DeepGEMM picks swap-AB from each call's rows: the same grid with it off everywhere.
+    echo "=== bench with DG_SM90_FP8_SWAP_AB=0 ($(date -u +%T))"
+    DG_SM90_FP8_SWAP_AB=0 python3 "$HERE/mega_moe_sm90_bench.py" --src "$HERE/src" --out "$OUT/swap_ab_off" \
+      --no-graph --repeats 20 "$@" > "$OUT/swap_ab_off.log" 2>&1
+    echo "swap-AB-off run rc $? ($(date -u +%T)); $OUT/swap_ab_off/"
+    tail -25 "$OUT/swap_ab_off.log"
+  fi
   tar czf "$OUT/dg_jit_cache.tgz" -C /tmp dg_jit_cache
   [ "$(stat -c %s "$OUT/dg_jit_cache.tgz")" -lt 16000000 ] || rm -f "$OUT/dg_jit_cache.tgz"
   exit $rc
