@@ -99,13 +99,19 @@ def run_case(cfg):
         loader = cfg.get("loader", "per_expert")
         if loader != "per_expert":
             result = load_all_experts_at_once(moe, cfg, layer_id, loader)
-            result["physical_to_logical"] = physical_to_logical
+            if "refused" not in result:
+                result["physical_to_logical"] = physical_to_logical
             return result
         calls = load_experts(moe, cfg, layer_id)
         result = describe(moe, calls) if masks is not None else {"loader_calls": calls}
-        if cfg.get("modelopt"):
-            result.update(nvfp4_scales(moe))
-        else:
+        try:
+            if cfg.get("modelopt"):
+                result.update(nvfp4_scales(moe))
+            elif cfg.get("prefill_threshold"):
+                moe.quant_method.process_weights_after_loading(moe)
+        except ValueError as exc:  # refused once the layer is post-processed, at startup
+            return {"refused": str(exc)}
+        if not cfg.get("modelopt"):
             result.update(decode_slots(moe.w13_weight.data, moe.w2_weight.data))
         if cfg.get("dynamic_update"):
             result.update(dynamic_update(moe, cfg))
@@ -172,7 +178,8 @@ def make_server_args(cfg, num_layers, first_moe_layer, freq_file):
         kt_expert_placement_strategy=("uniform" if cfg["strategy"] == "explicit" else cfg["strategy"]),
         kt_max_deferred_experts_per_token=None,
         kt_gpu_prefill_token_threshold=cfg.get("prefill_threshold"),
-        kt_enable_dynamic_expert_update=cfg.get("dynamic_update", False),
+        kt_enable_dynamic_expert_update=cfg.get("dynamic_update", False) or cfg.get("dynamic_flag", False),
+        enable_eplb=cfg.get("enable_eplb", False),
         kt_expert_lora_path=None,
         init_expert_location=freq_file or "trivial",
         chunked_prefill_size=64,
@@ -524,6 +531,11 @@ def load_all_experts_at_once(moe, cfg, layer_id, loader):
     result = describe(moe, 2) if cfg.get("kt", True) else {"num_local_experts": moe.num_local_experts}
     if loader == "gpt_oss_mxfp4":
         result.update(load_gpt_oss_mxfp4(moe, cfg, prefix))
+        if cfg.get("prefill_threshold"):
+            try:
+                post_process_mxfp4(moe)
+            except ValueError as exc:  # refused at startup
+                return {"refused": str(exc)}
         if cfg.get("dynamic_update"):
             result.update(dynamic_update_mxfp4(moe, cfg))
         return result
@@ -590,6 +602,19 @@ def load_gpt_oss_mxfp4(moe, cfg, prefix):
         "num_slots": rows,
         "slot_tensors": [{n: written_expert(getattr(moe, n).data[k]) for n in names} for k in range(rows)],
     }
+
+
+def post_process_mxfp4(moe):
+    """KTEPWrapperMethod.process_weights_after_loading, with Mxfp4MoEMethod's own
+    (a triton or flashinfer swizzle: GPU kernels, not the code under test) replaced by
+    a pass-through that keeps w13_weight, as its flashinfer branches do."""
+    method = moe.quant_method
+    own = method.gpu_method.process_weights_after_loading
+    method.gpu_method.process_weights_after_loading = lambda layer: None
+    try:
+        method.process_weights_after_loading(moe)
+    finally:
+        method.gpu_method.process_weights_after_loading = own
 
 
 def dynamic_update_mxfp4(moe, cfg):

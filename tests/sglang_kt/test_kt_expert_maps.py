@@ -52,33 +52,32 @@ GLOO_TIMEOUT = 120
 SERVER_ARGS_TEST = "test/registered/unit/test_kt_server_args.py"
 
 EPLB_LINE = (
-    "--enable-eplb does not support KTransformers experts (--kt-weight-path): a rebalance remaps "
-    "routing but moves neither the KT GPU-expert slots and masks nor the CPU experts. Drop "
-    "--enable-eplb; place GPU experts with --kt-expert-placement-strategy, or fix a placement with "
-    "--init-expert-location."
-)
-FULL_PREFILL_NVFP4_LINE = (
-    "--kt-gpu-prefill-token-threshold does not support NVFP4 (modelopt_fp4) GPU experts: the full-GPU "
-    "prefill layer loads BF16, FP8 or INT4 tensors, not NVFP4's input scales and weight_scale_2, so every "
-    "expert computes with unloaded scales. Drop --kt-gpu-prefill-token-threshold; prefill then runs on the "
-    "hybrid CPU/GPU path."
-)
-MXFP4_PREFILL_LINE = (
-    "--kt-gpu-prefill-token-threshold does not support MXFP4 (gpt-oss) GPU experts: the full-GPU prefill "
-    "layer loads their weights and scales but not their biases, and a dynamic expert update does not move "
-    "the biases either. Drop --kt-gpu-prefill-token-threshold; prefill then runs on the hybrid CPU/GPU path."
+    "--enable-eplb with KTransformers experts (--kt-weight-path) needs every local expert on the GPU: a "
+    "rebalance moves GPU weights as physical experts but neither the KT GPU-expert slots and masks nor the "
+    "CPU experts (layer 1: GPU experts [1, 2] of local experts 0..3). Put every local expert on the GPU, or "
+    "drop --enable-eplb (place GPU experts with --kt-expert-placement-strategy, or fix a placement with "
+    "--init-expert-location)."
 )
 REDUNDANT_LINE = (
     "--ep-num-redundant-experts does not support KTransformers experts (--kt-weight-path): the KT "
     "GPU-expert masks and the CPU experts cover the model's logical experts, not redundant physical "
     "copies. Set --ep-num-redundant-experts 0; place GPU experts with --kt-expert-placement-strategy."
 )
-DYNAMIC_NVFP4_LINE = (
-    "--kt-enable-dynamic-expert-update does not support NVFP4 (modelopt_fp4) GPU experts: promoting "
-    "an expert copies BF16, FP8 or INT4 tensors, not NVFP4's swizzled block scales, alphas and input "
-    "scales. Drop --kt-enable-dynamic-expert-update; --kt-expert-placement-strategy places NVFP4 GPU "
-    "experts at startup."
+FOUR_NAMES = "w13_weight, w13_weight_scale, w2_weight, w2_weight_scale"
+
+
+def full_prefill_line(method, unloaded, loaded=FOUR_NAMES):
+    return (
+        f"--kt-gpu-prefill-token-threshold does not support {method} GPU experts: the full-GPU prefill layer "
+        f"loads {loaded} of each expert, not {unloaded}, so every expert computes with unloaded values. Drop "
+        "--kt-gpu-prefill-token-threshold; prefill then runs on the hybrid CPU/GPU path."
+    )
+
+
+FULL_PREFILL_NVFP4_LINE = full_prefill_line(
+    "ModelOptNvFp4FusedMoEMethod", "w13_weight_scale_2, w2_weight_scale_2, w13_input_scale, w2_input_scale"
 )
+MXFP4_PREFILL_LINE = full_prefill_line("Mxfp4MoEMethod", "w13_weight_bias, w2_weight_bias")
 
 
 def _with_path(cfg, path):
@@ -151,7 +150,11 @@ def _move_cases():
     kt_eplb = dict(tp_size=2, ep_size=2, enable_eplb=True, kt_weight_path="/kt-weights")
     return {
         "dynamic/bf16": dyn,
-        "dynamic/nvfp4": dict(dyn, **NVFP4, moe_runner_backend="auto"),
+        "dynamic/nvfp4": dict(dyn, **NVFP4, moe_runner_backend="auto", prefill_threshold=512),
+        # The flag alone: the update promotes experts from the full-GPU prefill layer only.
+        "dynamic_flag/nvfp4": dict(
+            NVFP4, gpu_experts=[1, 4, 6], path="none", moe_runner_backend="auto", dynamic_flag=True
+        ),
         "dynamic/mxfp4": dict(
             dyn,
             loader="gpt_oss_mxfp4",
@@ -171,6 +174,18 @@ def _move_cases():
             num_routed_experts=E, strategy="explicit", gpu_experts=[1, 4, 6], path="none", prefill_threshold=512
         ),
         "server_args/eplb_kt": dict(server_args=kt_eplb),
+        "eplb/kt_partial": dict(
+            num_routed_experts=E, strategy="explicit", gpu_experts=[1, 2], path="none", ep_size=2, enable_eplb=True
+        ),
+        "eplb/kt_all_local": dict(
+            num_routed_experts=E,
+            strategy="explicit",
+            gpu_experts=[0, 1, 2, 3],
+            path="none",
+            ep_size=2,
+            ep_rank=1,
+            enable_eplb=True,
+        ),
         "server_args/eplb": dict(server_args=dict(tp_size=2, ep_size=2, enable_eplb=True)),
         "server_args/kt_mapfile": dict(
             server_args=dict(tp_size=2, ep_size=2, kt_weight_path="/kt-weights", init_expert_location="map.json")
@@ -372,12 +387,17 @@ def test_per_expert_loader_under_maps(results):
 # ---------------------------------------------------------------- run-time moves
 
 
-def test_eplb_with_kt_is_refused_at_startup(results):
-    assert "refused" not in results["stock"]["server_args/eplb_kt"]
-    assert results["patched"]["server_args/eplb_kt"] == {"refused": EPLB_LINE}
+def test_eplb_with_kt_is_refused_where_a_slot_cannot_follow(results):
+    """Stock refuses nothing. Patched: the arguments accept EPLB with KT; a layer whose
+    GPU slots are not exactly its local experts in order is refused at startup, one
+    with every local expert on the GPU builds (a rebalance then moves its slots right:
+    test_eplb_rebalance_on_stock)."""
     for label in ("stock", "patched"):
-        for name in ("server_args/eplb", "server_args/kt_mapfile"):
+        for name in ("server_args/eplb", "server_args/kt_mapfile", "server_args/eplb_kt"):
             assert results[label][name] == {"accepted": True, "ep_dispatch_algorithm": "static"}
+        assert results[label]["eplb/kt_all_local"]["gpu_index_to_logical"] == [0, 1, 2, 3]
+    assert "refused" not in results["stock"]["eplb/kt_partial"]
+    assert results["patched"]["eplb/kt_partial"] == {"refused": EPLB_LINE}
 
 
 def routes_past_the_mask(res):
@@ -421,7 +441,12 @@ def rebalanced(stock_root):
     many GPU slots as local experts (the updater moves them as physical rows) and with
     more (it moves nothing), and the plain layer as the control."""
     base = dict(num_routed_experts=E, strategy="explicit")
-    cases = [dict(base, gpu_experts=[1, 2, 5, 6]), dict(base, gpu_experts=[1, 3, 4, 6, 7]), dict(base, kt=False)]
+    cases = [
+        dict(base, gpu_experts=[1, 2, 5, 6]),
+        dict(base, gpu_experts=[1, 3, 4, 6, 7]),
+        dict(base, kt=False),
+        dict(base, gpu_experts=[0, 1, 2, 3]),
+    ]
     out = run_probe(stock_root(TARGET), EPLB_PROBE, json.dumps(cases), str(GLOO_TIMEOUT), extra_path=(HERE,))
     assert out["hung"] == [], out
     for rank, res in out["ranks"].items():
@@ -429,17 +454,22 @@ def rebalanced(stock_root):
     return cases, out["ranks"]
 
 
-def test_eplb_rebalance_desynchronises_kt_on_stock(rebalanced):
+def test_eplb_rebalance_on_stock(rebalanced):
+    """With a CPU expert or a slot that is no local expert in order, a rebalance leaves
+    GPU slots and CPU experts on the old map. With every local expert on the GPU, slot k
+    = local expert k, the slots follow the new map as the plain layer's do."""
     cases, ranks = rebalanced
     wrong_gpu = wrong_cpu = 0
     for rank in ("0", "1"):
-        kt_same, kt_more, plain = ranks[rank]["cases"]
+        kt_same, kt_more, plain, kt_all_local = ranks[rank]["cases"]
+        assert [held(s) for s in kt_all_local["slots"]] == [held(s) for s in plain["slots"]]
+        assert kt_all_local["moved"] == ["w13_weight", "w2_weight"]
         p2l = plain["physical_to_logical"]
         assert p2l != list(range(E)) and kt_same["physical_to_logical"] == p2l
         # The control: the plain layer's slots follow the new map.
         assert [held(s) for s in plain["slots"]] == p2l[4 * int(rank) : 4 * int(rank) + 4]
         assert kt_same["moved"] == ["w13_weight", "w2_weight"] and kt_more["moved"] == []
-        for case, res in zip(cases, (kt_same, kt_more)):
+        for case, res in zip(cases[:2], (kt_same, kt_more)):
             cfg = dict(case, ep_size=2, ep_rank=int(rank))
             wrong_gpu += wrong_weight_slots(res, cfg)
             # The CPU engine keeps the map it loaded with.
@@ -451,14 +481,22 @@ def test_eplb_rebalance_desynchronises_kt_on_stock(rebalanced):
 
 def test_dynamic_update(results):
     """BF16: weights, KT tables and the CPU engine's mask move together (stock and
-    patched). NVFP4: AttributeError mid-serving on stock, refused at startup patched."""
+    patched). NVFP4 with a threshold: AttributeError mid-serving on stock, refused at
+    startup patched (its full-GPU prefill layer loads no NVFP4 scales). NVFP4 with the
+    flag alone: accepted on both, every patched slot on its own scales (the update needs
+    the full-GPU prefill layer, which runs only over a threshold)."""
     for label in ("stock", "patched"):
         res = results[label]["dynamic/bf16"]
         assert res["updated_gpu_index_to_logical"] == res["updated_mask"] == res["updated_cpu_engine_mask"] == [2, 5, 7]
         assert [held(s) for s in res["updated_slots"]] == [2, 5, 7]
     stock = results["stock"]["dynamic/nvfp4"]
     assert stock["update_error"] == "AttributeError: 'FusedMoE' object has no attribute 'w13_weight_scale'"
-    assert results["patched"]["dynamic/nvfp4"] == {"refused": DYNAMIC_NVFP4_LINE}
+    assert results["patched"]["dynamic/nvfp4"] == {"refused": FULL_PREFILL_NVFP4_LINE}
+    for label in ("stock", "patched"):
+        res = results[label]["dynamic_flag/nvfp4"]
+        assert "refused" not in res and "update_error" not in res
+    # (stock's slots pair the wrong input scales for the reason 0001 fixes)
+    assert nvfp4_wrong_slots(results["patched"]["dynamic_flag/nvfp4"], CASES["dynamic_flag/nvfp4"]) == 0
 
 
 def mxfp4_bias_mismatches(res):
@@ -536,15 +574,15 @@ def test_report(results, rebalanced, capsys):
 
 @pytest.mark.parametrize("label", ["stock", "patched"])
 def test_server_args_unit_test(label, stock_root, patched_root):
-    """0005's own test, as the fork's CPU CI runs it: passes patched; on stock both
-    refusal tests fail (EPLB and redundant experts with KT are accepted)."""
+    """0005's own test, as the fork's CPU CI runs it: passes patched; on stock the
+    redundant-experts refusal test fails (accepted there); EPLB with KT is accepted
+    in the arguments on both (it is checked per layer)."""
     test_file = in_patch_test(TARGET, SERVER_ARGS_TEST)
     root = patched_root(TARGET) if label == "patched" else stock_root(TARGET)
     proc = run_pytest([root], test_file, test_file.parent)
     if label == "patched":
-        assert proc.returncode == 0 and "3 passed" in proc.stdout, proc.stdout[-3000:]
+        assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout[-3000:]
     else:
         assert proc.returncode == 1, proc.stdout[-3000:]
-        assert "2 failed, 1 passed" in proc.stdout, proc.stdout[-3000:]
-        for name in ("test_eplb_with_kt_is_refused", "test_redundant_experts_with_kt_are_refused"):
-            assert name in proc.stdout
+        assert "1 failed, 1 passed" in proc.stdout, proc.stdout[-3000:]
+        assert "test_redundant_experts_with_kt_are_refused" in proc.stdout
