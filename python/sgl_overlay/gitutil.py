@@ -123,6 +123,21 @@ def file_blob(path: Path) -> str | None:
     return hash_bytes(path.read_bytes()) if path.is_file() else None
 
 
+def worktree_blobs(repo: Path, paths: list[str]) -> dict[str, str]:
+    """The blob id each of `paths` (files in the working tree) would get from `git add`: hashed through git's
+    filters for that path (core.autocrlf, .gitattributes `eol`, clean filters), as `git diff` compares."""
+    if not paths:
+        return {}
+    listed = "".join(f"{p}\n" for p in paths)
+    ids = git(repo, "hash-object", "--stdin-paths", input=listed).stdout.split()
+    return dict(zip(paths, ids))
+
+
+def common_dir(repo: Path) -> Path:
+    """The git directory the worktrees of `repo` share (objects, refs, packed-refs)."""
+    return Path(out(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+
+
 def cat_blob(repo: Path, rev: str, path: str) -> bytes | None:
     """The bytes of `path` at `rev`, or None when it is not there."""
     proc = git(repo, "cat-file", "blob", f"{rev}:{path}", check=False, input=b"")

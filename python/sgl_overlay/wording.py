@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sgl_overlay.errors import OverlayError, Why
+from sgl_overlay.records import Alive
 from sgl_overlay.series import BUG, FORWARDED, NOT_YET
 from sgl_overlay.states import Standing
 from sgl_overlay.transaction import Left
@@ -369,8 +370,19 @@ def leftover(left: Leftover) -> str:
     run = left.run
     match left.what:
         case Left.RUNNING:
-            since = time.strftime("%H:%M:%S", time.localtime(run.get("started", 0)))
-            return f"{left.repo} is being changed by {who(run)} since {since} (lock {left.path}); wait for it to finish"
+            since = time.strftime("%H:%M:%S", time.localtime(run.get("started") or 0))
+            line = f"{left.repo} is being changed by {who(run)} since {since} (lock {left.path}); wait for it to finish"
+            if left.alive == Alive.UNSURE:
+                line += (
+                    f"; its record has no start time to tell that run from another process of pid {run['pid']}: "
+                    f"if that is not it, remove it with `rm {left.path}`"
+                )
+            elif left.alive == Alive.ELSEWHERE:
+                line += (
+                    f"; it was written on host {run.get('host')}, where this host cannot see its processes: if no "
+                    f"sgl-overlay runs on {left.repo} there, remove it with `rm {left.path}`"
+                )
+            return line
         case Left.STALE_LOCK:
             return f"stale lock {left.path} of {who(run)}, which no longer runs; remove it with `{_abort(left.repo)}`"
     head = str(run.get("head", ""))[:12] or "unknown"
@@ -618,8 +630,23 @@ ERRORS: dict[Why, Callable[..., str]] = {
     Why.CANNOT_LOCK: lambda lock, repo, reason: f"cannot create {lock} ({reason}); {_writable(repo, reason)}",
     Why.LOCK_HELD: lambda lock: f"{lock} is held",
     Why.CANNOT_JOURNAL: lambda journal, repo, reason: f"cannot write {journal} ({reason}); {_writable(repo, reason)}",
-    Why.BAD_JOURNAL: lambda journal, repo, lock: (
-        f"unreadable journal {journal}; check `git log` in {repo}, then remove it and {lock}"
+    Why.BAD_JOURNAL: lambda journal, repo, lock, reason, head: (
+        f"{journal} cannot be read exactly by this sgl-overlay ({reason}): nothing was changed; to roll that run "
+        f"back keeping your work, in {repo}: `git am --abort` if `git status` says an am is in progress, then "
+        f"`git reset --keep {head[:12] if head else '<the commit before the run (git reflog)>'}` (it keeps your "
+        f"uncommitted changes and refuses where they touch the run's files), then `rm {journal} {lock}`"
+    ),
+    Why.BAD_LOCK: lambda lock, repo, reason: (
+        f"{lock} cannot be read exactly by this sgl-overlay ({reason}): nothing was changed; if no sgl-overlay "
+        f"runs on {repo}, remove it with `rm {lock}`"
+    ),
+    Why.GIT_LOCK_HELD: lambda repo, run, journal, lock, git_lock, pid, command: (
+        f"{git_lock} may be held by pid {pid} (`{command or '?'}`), which works in {repo}, not by the killed "
+        f"{who(run)}: nothing was changed; let that git finish (or end it), then abort again"
+    ),
+    Why.GIT_LOCK_OLDER: lambda repo, run, journal, lock, git_lock: (
+        f"{git_lock} is older than the killed {who(run)}, so its git did not make it: nothing was changed; "
+        f"if no git runs in {repo}, remove it (`rm {git_lock}`), then abort again"
     ),
     Why.FOREIGN_COMMITS: lambda repo, run, first, journal, lock, head: (
         f"{repo} has commits the killed {who(run)} did not make (first: {first[:60]}); to keep them, "
