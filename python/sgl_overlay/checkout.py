@@ -7,7 +7,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sgl_overlay import gitutil
+from sgl_overlay import gitutil, records
 from sgl_overlay.errors import OverlayError, Why
 from sgl_overlay.manifest import Manifest, Target
 from sgl_overlay.series import Series
@@ -69,7 +69,9 @@ class Checkout:
     optional: dict[str, Aside] = field(default_factory=dict)
     placements: dict[str, Placement] = field(default_factory=dict)
     series: dict[str, Series] = field(default_factory=dict)  # each target's patches, read once
-    others: tuple[Target, ...] = ()  # targets found here that `-t` left out (their commits are not these targets')
+    # The commits `apply` made here (commit -> patch label), read once; None in a tree the tool laid out, whose
+    # every commit on top of its base is the tool's.
+    made: dict[str, str] | None = None
 
     def placement(self, name: str) -> Placement:
         return self.placements.get(name, SAME_PLACE)
@@ -140,10 +142,8 @@ def detect(path: Path, manifest: Manifest, only: list[str] | None = None) -> Che
         found, optional, placements = [manifest.get(marked)], {}, {}
     else:
         found, optional, placements = _found(repo, manifest)
-    others: list[Target] = []
     if only:
         wanted = [manifest.get(n) for n in only]
-        others = [t for t in found if t not in wanted]
         missing = [t.name for t in wanted if t not in found]
         if missing and found:
             raise OverlayError(Why.NOT_THAT_TARGET, checkout=repo, missing=missing[0], found=[t.name for t in found])
@@ -156,9 +156,9 @@ def detect(path: Path, manifest: Manifest, only: list[str] | None = None) -> Che
         targets=tuple(found),
         laid_out=bool(marked),
         optional=optional,
-        placements={n: p for n, p in placements.items() if any(t.name == n for t in [*found, *others])},
+        placements={n: p for n, p in placements.items() if any(t.name == n for t in found)},
         series={t.name: Series.read(t) for t in found},
-        others=tuple(others),
+        made=None if marked else records.read_commits(gitutil.common_dir(repo), repo),
     )
 
 
@@ -171,8 +171,9 @@ def ensure_writable(co: Checkout) -> None:
     if dirty:
         raise OverlayError(Why.DIRTY, checkout=co.path, count=len(dirty), first=dirty[0])
     listed = gitutil.git(co.path, "ls-files", "-v", "-z").stdout.split("\0")  # tag `S`: marked --skip-worktree
-    for path in (entry[2:] for entry in listed if entry.startswith("S ")):
-        if gitutil.file_blob(co.path / path) not in (None, gitutil.blob_at(co.path, "", path)):
+    skipped = [entry[2:] for entry in listed if entry.startswith("S ") and (co.path / entry[2:]).is_file()]
+    for path, blob in gitutil.worktree_blobs(co.path, skipped).items():  # through git's filters
+        if blob != gitutil.blob_at(co.path, "", path):
             raise OverlayError(Why.SKIP_WORKTREE_EDITED, checkout=co.path, file=path)
 
 

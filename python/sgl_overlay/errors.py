@@ -90,6 +90,7 @@ class Why(Enum):
     BAD_LOCK = auto()
     GIT_LOCK_HELD = auto()
     GIT_LOCK_OLDER = auto()
+    BAD_COMMITS = auto()
     FOREIGN_COMMITS = auto()
     BRANCH_SINCE = auto()
     FILES_SINCE = auto()

@@ -161,3 +161,26 @@ def alive(record: dict) -> Alive:
     if not subproc.is_overlay(pid):
         return Alive.NO
     return Alive.UNSURE
+
+
+# The commits `apply` made in a checkout, each with the patch it was made from, kept beside the objects (shared
+# by its worktrees): only these are "applied" and only these does `revert` remove; a commit of the same subject
+# the user made or cherry-picked is never taken for one.
+COMMITS = "sgl-overlay-commits.json"
+
+
+def read_commits(common: Path, repo: Path) -> dict[str, str]:
+    """Commit -> patch label of the commits `apply` made in `repo` ({} when it made none); one line refusing a
+    record this version cannot read."""
+    path = common / COMMITS
+    data = _load(path)
+    if data is None:
+        return {}
+    made = data.get("commits") if isinstance(data, dict) and data.get("version") == VERSION else None
+    if not (isinstance(made, dict) and all(SHA.match(k) and isinstance(v, str) for k, v in made.items())):
+        raise OverlayError(Why.BAD_COMMITS, file=path, repo=repo)
+    return made
+
+
+def write_commits(common: Path, made: dict[str, str]) -> None:
+    write(common / COMMITS, {"version": VERSION, "commits": made})

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from sgl_overlay.errors import OverlayError, Why
 from sgl_overlay.records import Alive
 from sgl_overlay.series import BUG, FORWARDED, NOT_YET
-from sgl_overlay.states import Standing
+from sgl_overlay.states import Standing, State
 from sgl_overlay.transaction import Left
 from sgl_overlay.tree import BASE_TAG
 
@@ -64,6 +64,12 @@ def status_lines(r: StatusReport) -> list[str]:
         lines.append(f"{t.name} in {r.path}{note}:")
         for row in t.rows:
             extra = row.commit[:12] if row.commit else row.detail
+            if row.state == State.ELSEWHERE:
+                extra = (
+                    f"by {row.detail}, commit {row.commit[:12]}"
+                    if row.detail
+                    else (f"commit {row.commit[:12]}, not one sgl-overlay made: `revert` leaves it")
+                )
             lines.append(
                 f"  {row.state.value:<{STATE_WIDTH}} {row.patch.label}"
                 + (f"  ({extra})" if extra else "")
@@ -84,6 +90,13 @@ def upstream_of(patch: Patch) -> str:
 
 def already_in(a: AlreadyIn) -> str:
     """The line for a checkout where every required patch is in already."""
+    if a.other:
+        parts = [f"already applied: {a.applied}"] if a.applied else []
+        parts += [f"already upstream: {a.upstream}"] if a.upstream else []
+        return (
+            f"already in: {a.applied + a.upstream + a.other} patch(es) in {a.path}, {a.other} of them by commits "
+            "sgl-overlay did not make (see `sgl-overlay status`)" + "".join(f", {p}" for p in parts) + "; nothing to do"
+        )
     if not a.upstream:
         return f"already applied: {a.applied} patch(es) in {a.path}; nothing to do"
     if not a.applied:
@@ -639,6 +652,11 @@ ERRORS: dict[Why, Callable[..., str]] = {
     Why.BAD_LOCK: lambda lock, repo, reason: (
         f"{lock} cannot be read exactly by this sgl-overlay ({reason}): nothing was changed; if no sgl-overlay "
         f"runs on {repo}, remove it with `rm {lock}`"
+    ),
+    Why.BAD_COMMITS: lambda file, repo: (
+        f"{file} cannot be read exactly by this sgl-overlay: nothing was changed; it lists the commits sgl-overlay "
+        f"made in {repo}: restore it, or remove it (`rm {file}`: then no commit there counts as applied by "
+        "sgl-overlay, and `revert` removes none)"
     ),
     Why.GIT_LOCK_HELD: lambda repo, run, journal, lock, git_lock, pid, command: (
         f"{git_lock} may be held by pid {pid} (`{command or '?'}`), which works in {repo}, not by the killed "

@@ -257,7 +257,8 @@ def test_a_subject_another_target_shares_is_not_this_targets_commit(tmp_path: Pa
     assert applied.stdout.startswith("applied 3 patch(es)"), applied
     status = cli(*base, "status", "--checkout", str(co)).stdout
     kernel_rows = [ln for ln in status.splitlines() if "sgl-kernel/0001" in ln]
-    assert kernel_rows and not kernel_rows[0].strip().startswith("applied"), status
+    assert kernel_rows and kernel_rows[0].strip().startswith("in (other commit)"), status
+    assert "(by sgl-kernel-kt/0001-" in kernel_rows[0] and "already upstream" not in kernel_rows[0], status
     assert any(ln.strip().startswith("applied") and "sgl-kernel-kt/0001" in ln for ln in status.splitlines()), status
     before = snapshot(co)
     revert = cli(*base, "revert", "-t", "sgl-kernel", "--checkout", str(co))

@@ -319,3 +319,42 @@ def test_abort_compares_files_as_git_does_under_line_ending_filters(tmp_path: Pa
     abort = cli(*base, "apply", "--abort", "--checkout", str(co))
     assert abort.returncode == 0 and abort.stdout.startswith("rolled back the killed"), abort
     assert git(co, "rev-parse", "HEAD") == head and git(co, "status", "--porcelain") == ""
+
+
+# ----------------------------------------------------------------------------- commits the tool made
+
+
+def test_a_users_cherry_pick_of_a_patch_is_never_applied_nor_reverted(tmp_path: Path) -> None:
+    """The user takes the first patch as their own commit (`git am` by hand: same subject), then the tool applies
+    the rest: status calls only the tool's commit applied, and `revert` removes it alone, the user's commit kept."""
+    ov = make_overlay(tmp_path)
+    base, co = ["--patches", str(ov.patches)], clone(ov.upstream, tmp_path / "checkout")
+    git(co, "am", "-q", str(ov.series[0]))
+    mine = git(co, "rev-parse", "HEAD")
+    status = cli(*base, "status", "--checkout", str(co)).stdout.splitlines()
+    first = next(ln for ln in status if ov.series[0].name in ln)
+    assert first.split()[:3] == ["in", "(other", "commit)"], status
+    assert f"commit {mine[:12]}, not one sgl-overlay made: `revert` leaves it" in first, first
+    before = snapshot(co)
+    revert = cli(*base, "revert", "--checkout", str(co))
+    assert revert.returncode == 0 and revert.stdout.startswith("nothing to revert"), revert
+    assert snapshot(co) == before
+    applied = cli(*base, "apply", "--checkout", str(co))
+    assert applied.stdout.startswith("applied 1 patch(es)"), applied
+    status = cli(*base, "status", "--checkout", str(co)).stdout.splitlines()
+    assert next(ln for ln in status if ov.series[1].name in ln).split()[0] == "applied", status
+    revert = cli(*base, "revert", "--checkout", str(co))
+    assert revert.returncode == 0 and revert.stdout.startswith("reverted 1 overlay commit(s)"), revert
+    assert git(co, "rev-parse", "HEAD") == mine
+
+
+def test_an_unreadable_record_of_the_tools_commits_is_one_line(tmp_path: Path) -> None:
+    ov = make_overlay(tmp_path)
+    base, co = ["--patches", str(ov.patches)], clone(ov.upstream, tmp_path / "checkout")
+    assert cli(*base, "apply", "--checkout", str(co)).returncode == 0
+    record = co / ".git" / "sgl-overlay-commits.json"
+    record.write_text('{"version": 2, "commits": {"abc": 1}}')
+    before = snapshot(co)
+    line = one_error(cli(*base, "revert", "--checkout", str(co)))
+    assert line.startswith(f"{record} cannot be read exactly by this sgl-overlay: nothing was changed"), line
+    assert snapshot(co) == before
