@@ -137,6 +137,9 @@ def detect(path: Path, manifest: Manifest, only: list[str] | None = None) -> Che
     """Find the targets in `path`: the tree marker, the project (marker file, pyproject name),
     and component targets by marker file. `only` limits to those names, all required."""
     repo = gitutil.toplevel(path)
+    if gitutil.git(repo, "rev-parse", "--verify", "-q", "HEAD", check=False).returncode != 0:
+        branch = gitutil.git(repo, "symbolic-ref", "-q", "HEAD", check=False).stdout.strip()
+        raise OverlayError(Why.UNBORN, checkout=repo, branch=branch or "HEAD")
     marked = gitutil.config_get(repo, "sgl-overlay.target")
     if marked:  # a tree `sgl-overlay fetch` laid out: exactly its own target
         found, optional, placements = [manifest.get(marked)], {}, {}
@@ -150,6 +153,8 @@ def detect(path: Path, manifest: Manifest, only: list[str] | None = None) -> Che
         found = wanted if not found else [t for t in found if t in wanted]
         optional = {}
     if not found:
+        if gitutil.config_get(repo, "core.sparseCheckout") == "true":
+            raise OverlayError(Why.SPARSE, checkout=repo)
         raise OverlayError(Why.UNKNOWN_PROJECT, checkout=repo)
     return Checkout(
         path=repo,
@@ -163,7 +168,9 @@ def detect(path: Path, manifest: Manifest, only: list[str] | None = None) -> Che
 
 
 def ensure_writable(co: Checkout) -> None:
-    """Refuse a tree with a half-finished git operation or uncommitted changes."""
+    """Refuse a read-only tree, one with a half-finished git operation or uncommitted changes."""
+    if gitutil.read_only(co.path):
+        raise OverlayError(Why.READ_ONLY, checkout=co.path)
     busy = gitutil.operation_in_progress(co.path)
     if busy:
         raise OverlayError(Why.GIT_BUSY, checkout=co.path, operation=busy)

@@ -63,6 +63,11 @@ class Why(Enum):
     UNKNOWN_PROJECT = auto()
     GIT_BUSY = auto()
     DIRTY = auto()
+    READ_ONLY = auto()
+    BARE = auto()
+    UNBORN = auto()
+    SPARSE = auto()
+    DIRTY_BUILD = auto()
     SKIP_WORKTREE_EDITED = auto()
     COMMIT_MSG_HOOK = auto()
     # laying trees out

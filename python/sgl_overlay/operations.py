@@ -83,6 +83,7 @@ class StatusReport:
     uncommitted: Uncommitted | None
     targets: list[TargetStatus]
     warnings: list[PreimageDiffers]
+    read_only: bool = False  # git cannot write there: read all the same, apply and revert refuse
 
     @property
     def ok(self) -> bool:
@@ -101,7 +102,8 @@ def status(co: Checkout) -> StatusReport:
         ours = [p for p in sv.content.uncommitted if p in touched]
         uncommitted = Uncommitted(len(sv.content.uncommitted), len(ours), (ours or sv.content.uncommitted)[0])
     targets = [TargetStatus(t.name, co.optional.get(t.name), sv.rows[t.name]) for t in co.targets]
-    return StatusReport(co.path, transaction.leftover(co.path), uncommitted, targets, preimage_warnings(co, sv))
+    busy, warnings = transaction.leftover(co.path), preimage_warnings(co, sv)
+    return StatusReport(co.path, busy, uncommitted, targets, warnings, gitutil.read_only(co.path))
 
 
 @dataclass(frozen=True)
@@ -290,6 +292,7 @@ class ApplyReport:
     before: str = ""
     after: str = ""
     upstream: int = 0  # patches skipped as already upstream
+    bypassed: Path | None = None  # the checkout's pre-commit hook, which `git am` does not run
 
 
 def apply(co: Checkout, strict: bool = False) -> ApplyReport:
@@ -318,8 +321,10 @@ def apply(co: Checkout, strict: bool = False) -> ApplyReport:
             if co.made is not None:
                 _record(co, dict(zip(made, labels, strict=True)))
     upstream = sum(r.state == State.UPSTREAM for t in co.required for r in sv.rows[t.name])
+    hook = None if co.laid_out else gitutil.git_path(co.path, "hooks/pre-commit")
+    bypassed = hook if hook is not None and hook.is_file() and os.access(hook, os.X_OK) else None
     return ApplyReport(
-        co.path, warnings, _notes(co, sv), None, len(to_apply), change.head, gitutil.head(co.path), upstream
+        co.path, warnings, _notes(co, sv), None, len(to_apply), change.head, gitutil.head(co.path), upstream, bypassed
     )
 
 

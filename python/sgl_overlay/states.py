@@ -146,7 +146,7 @@ class ScratchIndex:
         self.flags = flags  # path mapping for every apply (Placement.apply_flags)
         self.dir = mkdtemp("index")  # the index, its .lock and .saved copy
         self.path = os.path.join(self.dir, "index")
-        self.env = {"GIT_INDEX_FILE": self.path}
+        self.env = {"GIT_INDEX_FILE": self.path, **gitutil.object_env(repo)}
         try:
             gitutil.git(repo, "read-tree", *([base] if base else ["--empty"]), env=self.env)
         except BaseException:

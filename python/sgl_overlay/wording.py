@@ -53,6 +53,11 @@ def strict_refusal(w: PreimageDiffers) -> str:
 def status_lines(r: StatusReport) -> list[str]:
     """A note on another run, one on uncommitted files, each target's patches with their states, warnings."""
     lines = [f"note: {leftover(r.busy)}"] if r.busy else []
+    if r.read_only:
+        lines.append(
+            f"note: {r.path} is read-only: the states below are read all the same (git's new objects go to a "
+            "private store of this run); apply and revert need it writable"
+        )
     if u := r.uncommitted:
         lines.append(
             f"note: {u.count} file(s) have uncommitted changes ({u.ours} touched by the patches; "
@@ -160,6 +165,12 @@ def apply_lines(r: ApplyReport) -> list[str]:
         return report + [already_in(r.already)] + list(map(optional_note, r.notes))
     skipped = f" ({r.upstream} already upstream, skipped)" if r.upstream else ""
     report.append(f"applied {r.count} patch(es) to {r.path}: {r.before[:12]} -> {r.after[:12]}{skipped}")
+    if r.bypassed is not None:
+        report.append(
+            f"note: `git am` does not run the pre-commit hook ({r.bypassed}): these {r.count} commit(s) did not go "
+            f"through it; run its checks on them (pre-commit's: `pre-commit run --from-ref {r.before[:12]} "
+            f"--to-ref {r.after[:12]}` in {r.path})"
+        )
     return report + list(map(optional_note, r.notes))
 
 
@@ -183,11 +194,22 @@ def doctor_lines(r: DoctorReport) -> list[str]:
         )
     shown: set[str] = set()  # one fix often mends several findings: print it once, under the first
     for f in r.findings:
-        lines.append(f"  [{'ok' if f.ok else 'MISSING'}] {f.target}: {f.what}")
+        if f.modified is not None:
+            m = f.modified
+            lines.append(
+                f"  [MODIFIED] {f.target}: {f.what}: {m.file} is {_blob(m.have)}, neither the stock file "
+                f"({_blob(m.stock)}) nor the patched one ({_blob(m.patched)}): edited or rebuilt there"
+            )
+        else:
+            lines.append(f"  [{'ok' if f.ok else 'MISSING'}] {f.target}: {f.what}")
         if not f.ok:
             lines.append(f"      fix: {f.fix}" if f.fix not in shown else "      fix: the one above")
             shown.add(f.fix)
     return lines
+
+
+def _blob(blob: str | None) -> str:
+    return f"blob {blob[:12]}" if blob else "absent"
 
 
 def laid_out(t: LaidOut) -> str:
@@ -581,6 +603,28 @@ ERRORS: dict[Why, Callable[..., str]] = {
     ),
     Why.DIRTY: lambda checkout, count, first: (
         f"{checkout} has uncommitted changes in {count} file(s) (first: {first}); commit or stash them, then try again"
+    ),
+    Why.READ_ONLY: lambda checkout: (
+        f"{checkout} is read-only (git cannot write its objects): apply and revert cannot change it; make it "
+        "writable, or work in a writable clone (`git clone` it), then try again"
+    ),
+    Why.BARE: lambda path: (
+        f"{path} is a bare repository (no working tree to patch); pass a checkout of it: `git clone {path} DIR`, "
+        "then `--checkout DIR`"
+    ),
+    Why.UNBORN: lambda checkout, branch: (
+        f"{checkout} has no commit yet (branch {branch.removeprefix('refs/heads/')} is unborn); pass a checkout of "
+        "sgl-project/sglang or kvcache-ai/sglang, or commit its files first"
+    ),
+    Why.SPARSE: lambda checkout: (
+        f"{checkout} is a sparse checkout that leaves out the files naming its project (python/pyproject.toml, "
+        "sgl-kernel/); widen it with `git sparse-checkout add python sgl-kernel` (or `git sparse-checkout "
+        "disable`), then try again"
+    ),
+    Why.DIRTY_BUILD: lambda checkout, count, first: (
+        f"{checkout} has uncommitted changes in {count} file(s) (first: {first}): `wheels --checkout` would build "
+        "them, and the wheel would not be the checked series; commit or stash them, then build again (nothing was "
+        "built)"
     ),
     Why.SKIP_WORKTREE_EDITED: lambda checkout, file: (
         f"{file} in {checkout} is edited but marked --skip-worktree, so git shows no change there and `git am` "
