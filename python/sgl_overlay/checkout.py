@@ -7,7 +7,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sgl_overlay import gitutil
+from sgl_overlay import gitutil, records
 from sgl_overlay.errors import OverlayError, Why
 from sgl_overlay.manifest import Manifest, Target
 from sgl_overlay.series import Series
@@ -69,7 +69,9 @@ class Checkout:
     optional: dict[str, Aside] = field(default_factory=dict)
     placements: dict[str, Placement] = field(default_factory=dict)
     series: dict[str, Series] = field(default_factory=dict)  # each target's patches, read once
-    others: tuple[Target, ...] = ()  # targets found here that `-t` left out (their commits are not these targets')
+    # The commits `apply` made here (commit -> patch label), read once; None in a tree the tool laid out, whose
+    # every commit on top of its base is the tool's.
+    made: dict[str, str] | None = None
 
     def placement(self, name: str) -> Placement:
         return self.placements.get(name, SAME_PLACE)
@@ -135,35 +137,40 @@ def detect(path: Path, manifest: Manifest, only: list[str] | None = None) -> Che
     """Find the targets in `path`: the tree marker, the project (marker file, pyproject name),
     and component targets by marker file. `only` limits to those names, all required."""
     repo = gitutil.toplevel(path)
+    if gitutil.git(repo, "rev-parse", "--verify", "-q", "HEAD", check=False).returncode != 0:
+        branch = gitutil.git(repo, "symbolic-ref", "-q", "HEAD", check=False).stdout.strip()
+        raise OverlayError(Why.UNBORN, checkout=repo, branch=branch or "HEAD")
     marked = gitutil.config_get(repo, "sgl-overlay.target")
     if marked:  # a tree `sgl-overlay fetch` laid out: exactly its own target
         found, optional, placements = [manifest.get(marked)], {}, {}
     else:
         found, optional, placements = _found(repo, manifest)
-    others: list[Target] = []
     if only:
         wanted = [manifest.get(n) for n in only]
-        others = [t for t in found if t not in wanted]
         missing = [t.name for t in wanted if t not in found]
         if missing and found:
             raise OverlayError(Why.NOT_THAT_TARGET, checkout=repo, missing=missing[0], found=[t.name for t in found])
         found = wanted if not found else [t for t in found if t in wanted]
         optional = {}
     if not found:
+        if gitutil.config_get(repo, "core.sparseCheckout") == "true":
+            raise OverlayError(Why.SPARSE, checkout=repo)
         raise OverlayError(Why.UNKNOWN_PROJECT, checkout=repo)
     return Checkout(
         path=repo,
         targets=tuple(found),
         laid_out=bool(marked),
         optional=optional,
-        placements={n: p for n, p in placements.items() if any(t.name == n for t in [*found, *others])},
+        placements={n: p for n, p in placements.items() if any(t.name == n for t in found)},
         series={t.name: Series.read(t) for t in found},
-        others=tuple(others),
+        made=None if marked else records.read_commits(gitutil.common_dir(repo), repo),
     )
 
 
 def ensure_writable(co: Checkout) -> None:
-    """Refuse a tree with a half-finished git operation or uncommitted changes."""
+    """Refuse a read-only tree, one with a half-finished git operation or uncommitted changes."""
+    if gitutil.read_only(co.path):
+        raise OverlayError(Why.READ_ONLY, checkout=co.path)
     busy = gitutil.operation_in_progress(co.path)
     if busy:
         raise OverlayError(Why.GIT_BUSY, checkout=co.path, operation=busy)
@@ -171,8 +178,9 @@ def ensure_writable(co: Checkout) -> None:
     if dirty:
         raise OverlayError(Why.DIRTY, checkout=co.path, count=len(dirty), first=dirty[0])
     listed = gitutil.git(co.path, "ls-files", "-v", "-z").stdout.split("\0")  # tag `S`: marked --skip-worktree
-    for path in (entry[2:] for entry in listed if entry.startswith("S ")):
-        if gitutil.file_blob(co.path / path) not in (None, gitutil.blob_at(co.path, "", path)):
+    skipped = [entry[2:] for entry in listed if entry.startswith("S ") and (co.path / entry[2:]).is_file()]
+    for path, blob in gitutil.worktree_blobs(co.path, skipped).items():  # through git's filters
+        if blob != gitutil.blob_at(co.path, "", path):
             raise OverlayError(Why.SKIP_WORKTREE_EDITED, checkout=co.path, file=path)
 
 

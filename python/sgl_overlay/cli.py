@@ -113,8 +113,8 @@ def cmd_check(args: argparse.Namespace, ctx: Context) -> int:
 def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     """List each patch's state in a checkout (exit 1 if a required one cannot go in).
 
-    Each patch is applied, applicable, applicable (3-way), conflicting, already upstream or target file absent,
-    read from the files (uncommitted working files included); the tree is not touched."""
+    Each patch is applied, applicable, applicable (3-way), conflicting, in (other commit), already upstream or
+    target file absent, read from the files (uncommitted working files included); the tree is not touched."""
     return _print_each((operations.status(co) for co in ctx.checkouts(args)), wording.status_lines)
 
 

@@ -76,6 +76,17 @@ class Finding:
     what: str
     ok: bool
     fix: str  # what makes it ok (a command, or why none exists), shown only when it is not
+    modified: Edited | None = None  # a file neither stock nor patched (a user's edit or rebuild); None: stock or ok
+
+
+@dataclass(frozen=True)
+class Edited:
+    """An installed file that is neither the stock one nor the patched one: its blob and those two (None: absent)."""
+
+    file: Path
+    have: str | None
+    stock: str | None
+    patched: str | None
 
 
 def default_dist(root: Path) -> Path:
@@ -121,10 +132,17 @@ def check_python_target(
     final = shipped_changes(series)
     root = Path(info["root"])
     findings = []
+    stock = series.preimages()
     for patch in series.patches:
-        files = [rel for p in patch.touched() if (rel := wheel_path_of(target, p)) is not None]
-        ok = all(gitutil.file_blob(root / rel) == final[rel] for rel in files) or _holds_change(patch, root, target)
-        findings.append(Finding(name, f"{patch.subject} ({len(files)} file(s))", ok, fix))
+        shipped = {p: rel for p in patch.touched() if (rel := wheel_path_of(target, p)) is not None}
+        have = {rel: gitutil.file_blob(root / rel) for rel in shipped.values()}
+        ok = all(have[rel] == final[rel] for rel in have) or _holds_change(patch, root, target)
+        edited = [(rel, p) for p, rel in shipped.items() if have[rel] not in (final[rel], stock.get(p))]
+        modified = None
+        if not ok and edited and not _holds_change(patch, root, target, reverse=False):
+            rel, p = edited[0]
+            modified = Edited(root / rel, have[rel], stock.get(p), final[rel])
+        findings.append(Finding(name, f"{patch.subject} ({len(shipped)} file(s))", ok, fix, modified))
     if installed.base_version == target.version:
         return findings
     if all(f.ok for f in findings):  # a build of a checkout with the series in (`wheels --checkout`, pip)
@@ -137,16 +155,17 @@ def check_python_target(
     return [Finding(name, what, False, f"pip install {target.requirement} && {fix}" if fits else fix)]
 
 
-def _holds_change(patch: Patch, root: Path, target: Target) -> bool:
+def _holds_change(patch: Patch, root: Path, target: Target, reverse: bool = True) -> bool:
     """The installed files hold the patch's change amid other edits (a user's build of a patched checkout
-    whose files are not the pinned ones): the patch reverse-applies to them (`git apply -R --check`)."""
+    whose files are not the pinned ones): the patch reverse-applies to them (`git apply -R --check`); with
+    `reverse` False, they lack it amid other edits (a build of an unpatched fork): the patch applies."""
     shipped = {p: rel for p in patch.touched() if (rel := wheel_path_of(target, p)) is not None}
     if not shipped:
         return False
     tree_path, rel = next(iter(shipped.items()))
     strip = 1 + tree_path.count("/") - rel.count("/")  # a/ and the tree folders the wheel does not have
     includes = [f"--include={rel}" for rel in shipped.values()]
-    check = ["git", "apply", "--check", "-R", f"-p{strip}", *includes, str(patch.path)]
+    check = ["git", "apply", "--check", *(["-R"] if reverse else []), f"-p{strip}", *includes, str(patch.path)]
     ceiling = {"GIT_CEILING_DIRECTORIES": str(root.parent)}  # the files alone, not a repository around them
     return subproc.run(check, f"checking {root}", check=False, env=ceiling, cwd=root).returncode == 0
 

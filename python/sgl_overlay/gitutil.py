@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
+import os
 import shutil
 import subprocess
 from pathlib import Path
 
-from sgl_overlay import subproc
+from sgl_overlay import scratch, subproc
 from sgl_overlay.errors import OverlayError, Why
 
 # Commits the tool itself makes (the `upstream` base of a laid-out tree, patches applied
@@ -21,6 +23,9 @@ TOOL_IDENTITY = {
 }
 
 
+_PRIVATE: dict[Path | None, dict[str, str]] = {}  # object_env of each checkout, once known
+
+
 def git(
     repo: Path | None,
     *args: str,
@@ -30,6 +35,8 @@ def git(
 ) -> subprocess.CompletedProcess:
     """Run git in `repo` (None: outside any repository), in the clean environment subproc gives."""
     where = f" in {repo}" if repo is not None else ""
+    if repo in _PRIVATE:  # a read-only checkout: its new objects go to this run's private store
+        env = {**_PRIVATE[repo], **(env or {})}
     return subproc.run(
         ["git", *(["-C", str(repo)] if repo is not None else []), *args],
         f"git {' '.join(args[:2])}{where}",
@@ -56,6 +63,8 @@ def toplevel(path: Path) -> Path:
         ensure_git_runs()
         if "dubious ownership" in proc.stderr:  # another user owns it: git refuses to read it
             raise OverlayError(Why.DUBIOUS_OWNERSHIP, path=path)
+        if git(path, "rev-parse", "--is-bare-repository", check=False).stdout.strip() == "true":
+            raise OverlayError(Why.BARE, path=path)
         raise OverlayError(Why.NOT_GIT, path=path)
     return Path(proc.stdout.strip())
 
@@ -121,6 +130,39 @@ def hash_bytes(data: bytes, write_to: Path | None = None) -> str:
 def file_blob(path: Path) -> str | None:
     """The git blob id of the file at `path`, or None when there is no file there."""
     return hash_bytes(path.read_bytes()) if path.is_file() else None
+
+
+def worktree_blobs(repo: Path, paths: list[str]) -> dict[str, str]:
+    """The blob id each of `paths` (files in the working tree) would get from `git add`: hashed through git's
+    filters for that path (core.autocrlf, .gitattributes `eol`, clean filters), as `git diff` compares."""
+    if not paths:
+        return {}
+    listed = "".join(f"{p}\n" for p in paths)
+    ids = git(repo, "hash-object", "--stdin-paths", input=listed).stdout.split()
+    return dict(zip(paths, ids))
+
+
+def read_only(repo: Path) -> bool:
+    """git cannot write objects in `repo` (a read-only mount or folder)."""
+    return not os.access(common_dir(repo) / "objects", os.W_OK)
+
+
+def object_env(repo: Path) -> dict[str, str]:
+    """For a read-only checkout, git's environment that writes new objects (a 3-way merge's, a tree of the
+    working files) into a private store of this run, reading the checkout's through it; {} otherwise."""
+    if repo not in _PRIVATE:
+        env: dict[str, str] = {}
+        if read_only(repo):
+            store = scratch.mkdtemp("objects")
+            atexit.register(shutil.rmtree, store, True)
+            env = {"GIT_OBJECT_DIRECTORY": store, "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(common_dir(repo) / "objects")}
+        _PRIVATE[repo] = env
+    return _PRIVATE[repo]
+
+
+def common_dir(repo: Path) -> Path:
+    """The git directory the worktrees of `repo` share (objects, refs, packed-refs)."""
+    return Path(out(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
 
 
 def cat_blob(repo: Path, rev: str, path: str) -> bytes | None:

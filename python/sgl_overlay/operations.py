@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
 
-from sgl_overlay import gitutil, subproc, transaction
-from sgl_overlay.checkout import Aside, Checkout, Placement, ensure_hooks_run, ensure_writable
+from sgl_overlay import gitutil, records, subproc, transaction
+from sgl_overlay.checkout import Aside, Checkout, ensure_hooks_run, ensure_writable
 from sgl_overlay.errors import OverlayError, Why
 from sgl_overlay.manifest import Target
-from sgl_overlay.series import Patch, Series
+from sgl_overlay.series import Patch
 from sgl_overlay.states import BLOCKED, IN, PENDING, Content, PatchStatus, Standing, State, content_of, series_status
 from sgl_overlay.tree import PreimageMismatch, check_preimages
 
@@ -31,17 +31,9 @@ def survey(co: Checkout, working_files: bool = False) -> Survey:
     """States of every target's series; `working_files` reads uncommitted files too (status)."""
     content = content_of(co.path, working_files)
     rows = {
-        t.name: series_status(co.path, co.series[t.name], content, co.placement(t.name), _rivals(co, t.name))
-        for t in co.targets
+        t.name: series_status(co.path, co.series[t.name], content, co.placement(t.name), co.made) for t in co.targets
     }
     return Survey(content, rows)
-
-
-def _rivals(co: Checkout, name: str) -> list[tuple[Patch, Placement]]:
-    """The patches of the checkout's other targets (those `-t` left out too), each with where its files sit: a
-    commit of one of them is never this target's, whatever subject they share."""
-    series = [co.series[t.name] for t in co.targets if t.name != name] + [Series.read(t) for t in co.others]
-    return [(p, co.placement(s.target.name)) for s in series for p in s.patches]
 
 
 @dataclass(frozen=True)
@@ -58,7 +50,7 @@ def preimage_warnings(co: Checkout, sv: Survey) -> list[PreimageDiffers]:
     found = []
     for target in co.required:
         rows = sv.rows[target.name]
-        if any(s.state == State.APPLIED for s in rows) or all(s.state in IN for s in rows):
+        if any(s.state in (State.APPLIED, State.ELSEWHERE) for s in rows) or all(s.state in IN for s in rows):
             continue
         for problem in check_preimages(
             co.path, sv.content.tree, co.series[target.name], co.placement(target.name).path
@@ -91,6 +83,7 @@ class StatusReport:
     uncommitted: Uncommitted | None
     targets: list[TargetStatus]
     warnings: list[PreimageDiffers]
+    read_only: bool = False  # git cannot write there: read all the same, apply and revert refuse
 
     @property
     def ok(self) -> bool:
@@ -109,7 +102,8 @@ def status(co: Checkout) -> StatusReport:
         ours = [p for p in sv.content.uncommitted if p in touched]
         uncommitted = Uncommitted(len(sv.content.uncommitted), len(ours), (ours or sv.content.uncommitted)[0])
     targets = [TargetStatus(t.name, co.optional.get(t.name), sv.rows[t.name]) for t in co.targets]
-    return StatusReport(co.path, transaction.leftover(co.path), uncommitted, targets, preimage_warnings(co, sv))
+    busy, warnings = transaction.leftover(co.path), preimage_warnings(co, sv)
+    return StatusReport(co.path, busy, uncommitted, targets, warnings, gitutil.read_only(co.path))
 
 
 @dataclass(frozen=True)
@@ -242,17 +236,19 @@ def _other_targets(co: Checkout, sv: Survey, failed: str) -> list[str]:
 
 @dataclass(frozen=True)
 class AlreadyIn:
-    """Every required patch is in already: how many by overlay commits, how many upstream."""
+    """Every required patch is in already: how many by overlay commits, how many upstream, how many by commits of
+    their subject sgl-overlay did not make."""
 
     path: Path
     applied: int
     upstream: int
+    other: int = 0
 
 
 def already_in(co: Checkout, sv: Survey) -> AlreadyIn:
     rows = [r for t in co.required for r in sv.rows[t.name]]
-    applied = sum(r.state == State.APPLIED for r in rows)
-    return AlreadyIn(co.path, applied, len(rows) - applied)
+    count = {s: sum(r.state == s for r in rows) for s in (State.APPLIED, State.UPSTREAM, State.ELSEWHERE)}
+    return AlreadyIn(co.path, count[State.APPLIED], count[State.UPSTREAM], count[State.ELSEWHERE])
 
 
 @dataclass(frozen=True)
@@ -296,6 +292,7 @@ class ApplyReport:
     before: str = ""
     after: str = ""
     upstream: int = 0  # patches skipped as already upstream
+    bypassed: Path | None = None  # the checkout's pre-commit hook, which `git am` does not run
 
 
 def apply(co: Checkout, strict: bool = False) -> ApplyReport:
@@ -318,9 +315,16 @@ def apply(co: Checkout, strict: bool = False) -> ApplyReport:
                         Why.AM_FAILED, patch=stuck, checkout=co.path, stop=transaction.am_failure(proc, co.path)
                     )
                 change.done(", ".join(f"{p.parent.name}/{p.name}" for p in patches))
+            # One commit per patch, in order: recorded as the tool's, so that status and revert know them.
+            made = gitutil.out(co.path, "rev-list", "--reverse", f"{change.head}..HEAD").split()
+            labels = [f"{p.parent.name}/{p.name}" for p, _ in to_apply]
+            if co.made is not None:
+                _record(co, dict(zip(made, labels, strict=True)))
     upstream = sum(r.state == State.UPSTREAM for t in co.required for r in sv.rows[t.name])
+    hook = None if co.laid_out else gitutil.git_path(co.path, "hooks/pre-commit")
+    bypassed = hook if hook is not None and hook.is_file() and os.access(hook, os.X_OK) else None
     return ApplyReport(
-        co.path, warnings, _notes(co, sv), None, len(to_apply), change.head, gitutil.head(co.path), upstream
+        co.path, warnings, _notes(co, sv), None, len(to_apply), change.head, gitutil.head(co.path), upstream, bypassed
     )
 
 
@@ -335,6 +339,15 @@ class RevertReport:
     before: str = ""
     after: str = ""
     states: dict[str, list[State]] = field(default_factory=dict)
+
+
+def _record(co: Checkout, add: dict[str, str], drop: list[str] = ()) -> None:
+    """Add the commits `apply` made to the checkout's record of them, and drop those `revert` removed."""
+    common = gitutil.common_dir(co.path)
+    made = {**records.read_commits(common, co.path), **add}
+    for sha in drop:
+        made.pop(sha, None)
+    records.write_commits(common, made)
 
 
 def revert(co: Checkout) -> RevertReport:
@@ -359,6 +372,8 @@ def revert(co: Checkout) -> RevertReport:
                 if proc.returncode != 0:
                     raise _revert_failure(proc, co.path)
                 how = "git revert"
+            if co.made is not None:
+                _record(co, {}, commits)
     return RevertReport(co.path, len(commits), how, change.head, gitutil.head(co.path))
 
 

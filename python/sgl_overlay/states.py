@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 from pathlib import Path
@@ -32,12 +32,13 @@ class State(StrEnum):
     APPLICABLE = "applicable"  # applies exactly (possibly with line offsets)
     APPLICABLE_3WAY = "applicable (3-way)"  # applies only through a 3-way merge
     UPSTREAM = "already upstream"  # the files hold its change, not from a commit made from it
+    ELSEWHERE = "in (other commit)"  # the files hold its change from a commit of its subject sgl-overlay did not make
     CONFLICTING = "conflicting"
     ABSENT = "target file absent"
 
 
 PENDING = (State.APPLICABLE, State.APPLICABLE_3WAY)
-IN = (State.APPLIED, State.UPSTREAM)
+IN = (State.APPLIED, State.UPSTREAM, State.ELSEWHERE)
 BLOCKED = (State.CONFLICTING, State.ABSENT)  # a patch that cannot go in here
 
 
@@ -119,33 +120,21 @@ def content_of(repo: Path, working_files: bool = False) -> Content:
     return Content(tree, tuple(changed))
 
 
-Rival = tuple[Patch, Placement]  # another target's patch in the same checkout, where its files sit
+Made = Mapping[str, str] | None  # commit -> patch label of the commits `apply` made; None: a tree the tool laid out
 
 
-def find_commit(repo: Path, patch: Patch, placement: Placement = SAME_PLACE, rivals: Sequence[Rival] = ()) -> str:
-    """The newest commit in HEAD's recent history with the patch's subject that touches its
-    files, or ''. Called only when the files already hold the patch's post-image. A commit that holds
-    exactly the post-image of another target's patch of the same subject (the KT fork's port of an
-    sgl-kernel patch) is that patch's, not this one's."""
+def find_commit(repo: Path, patch: Patch, placement: Placement = SAME_PLACE, made: Made = None) -> tuple[str, str]:
+    """The newest commit in HEAD's recent history with the patch's subject that touches its files, and the label
+    of the patch sgl-overlay made it from ('' when it did not make it: a user's commit or cherry-pick); ('', '')
+    when there is none. Called only when the files already hold the patch's post-image. In a tree the tool laid
+    out (`made` None) every such commit is its own."""
     paths = dict.fromkeys([placement.path(p) for p in patch.touched()] + patch.touched())  # moved, or not yet
     log = gitutil.out(repo, "log", f"-n{HISTORY_DEPTH}", "--format=%H%x09%s", "HEAD", "--", *paths)
-    same = [r for r in rivals if r[0].subject == patch.subject]
     for line in log.splitlines():
         sha, _, subject = line.partition("\t")
-        if subject == patch.subject and not any(
-            _holds_post_image_at(repo, sha, *r) and not _holds_post_image_at(repo, sha, patch, placement) for r in same
-        ):
-            return sha
-    return ""
-
-
-def _holds_post_image_at(repo: Path, rev: str, patch: Patch, placement: Placement) -> bool:
-    """Every file the patch touches is exactly its post-image blob at `rev`."""
-    for c in patch.changes:
-        have = gitutil.blob_at(repo, rev, placement.path(c.path))
-        if (c.new_blob is None) != (have is None) or (have and not have.startswith(c.new_blob or "")):
-            return False
-    return True
+        if subject == patch.subject:
+            return sha, patch.label if made is None else made.get(sha, "")
+    return "", ""
 
 
 class ScratchIndex:
@@ -157,7 +146,7 @@ class ScratchIndex:
         self.flags = flags  # path mapping for every apply (Placement.apply_flags)
         self.dir = mkdtemp("index")  # the index, its .lock and .saved copy
         self.path = os.path.join(self.dir, "index")
-        self.env = {"GIT_INDEX_FILE": self.path}
+        self.env = {"GIT_INDEX_FILE": self.path, **gitutil.object_env(repo)}
         try:
             gitutil.git(repo, "read-tree", *([base] if base else ["--empty"]), env=self.env)
         except BaseException:
@@ -248,7 +237,7 @@ def _post_image(scratch: ScratchIndex, patch: Patch, placement: Placement, rever
 
 
 def _classify(
-    repo: Path, scratch: ScratchIndex, patch: Patch, placement: Placement, reverse: Path, rivals: Sequence[Rival]
+    repo: Path, scratch: ScratchIndex, patch: Patch, placement: Placement, reverse: Path, made: Made
 ) -> PatchStatus:
     differ = patch.not_at_preimage(lambda path: scratch.blob(placement.path(path)))  # as the patch finds them
     absent = [c.path for c, blob in differ if blob is None]
@@ -257,9 +246,7 @@ def _classify(
     if not _holds(scratch, patch, placement, "old"):
         present = _post_image(scratch, patch, placement, reverse)
         if present is not None:
-            return _in(
-                repo, patch, placement, present, "the files hold its post-image (reverse-applies cleanly)", rivals
-            )
+            return _in(repo, patch, placement, present, "the files hold its post-image (reverse-applies cleanly)", made)
     exact = scratch.apply(patch.path, "--check")
     if exact.returncode == 0:
         scratch.apply(patch.path)
@@ -279,21 +266,23 @@ def _classify(
         if [scratch.blob(p) for p in paths] == before:
             # The merge changes nothing: the files hold the change amid other edits.
             return _in(
-                repo, patch, placement, "", "a 3-way merge of it changes nothing: the files hold its change", rivals
+                repo, patch, placement, "", "a 3-way merge of it changes nothing: the files hold its change", made
             )
         return PatchStatus(patch, State.APPLICABLE_3WAY, detail=where)
     scratch.restore()
     return PatchStatus(patch, State.CONFLICTING, detail=where)
 
 
-def _in(
-    repo: Path, patch: Patch, placement: Placement, partial: str, how: str = "", rivals: Sequence[Rival] = ()
-) -> PatchStatus:
-    """The files hold the patch's change: APPLIED when a commit made from it brought it (all of
-    it), else UPSTREAM. `partial` names what is missing (the test files it adds)."""
-    sha = "" if partial else find_commit(repo, patch, placement, rivals)
-    if sha:
+def _in(repo: Path, patch: Patch, placement: Placement, partial: str, how: str = "", made: Made = None) -> PatchStatus:
+    """The files hold the patch's change: APPLIED when sgl-overlay made the commit that brought it (all of it)
+    from this patch, ELSEWHERE when a commit of its subject it did not make from it did (the user's, or the
+    port of another target's patch: `detail` says which), else UPSTREAM. `partial` names what is missing (the
+    test files it adds)."""
+    sha, label = ("", "") if partial else find_commit(repo, patch, placement, made)
+    if sha and label == patch.label:
         return PatchStatus(patch, State.APPLIED, commit=sha)
+    if sha:
+        return PatchStatus(patch, State.ELSEWHERE, detail=label, commit=sha)
     return PatchStatus(patch, State.UPSTREAM, detail=partial or how)
 
 
@@ -315,7 +304,7 @@ def series_status(
     series: Series,
     content: Content | None = None,
     placement: Placement = SAME_PLACE,
-    rivals: Sequence[Rival] = (),
+    made: Made = None,
 ) -> list[PatchStatus]:
     """The patches the files hold at the top of the series are in; the rest are classified in
     order, each pending one applied to a scratch index as it goes (a later patch sees the earlier
@@ -329,10 +318,10 @@ def series_status(
         reverse = [narrow_context(patch, Path(tmp)) if full else patch.path for patch in series.patches]
         below = len(series.patches) - _in_at_top(scratch, series, placement, reverse)
         statuses = [
-            _classify(repo, scratch, patch, placement, rev, rivals)
+            _classify(repo, scratch, patch, placement, rev, made)
             for patch, rev in zip(series.patches[:below], reverse[:below])
         ]
         return statuses + [
-            _in(repo, patch, placement, "", "the files hold its post-image (reverse-applies cleanly)", rivals)
+            _in(repo, patch, placement, "", "the files hold its post-image (reverse-applies cleanly)", made)
             for patch in series.patches[below:]
         ]

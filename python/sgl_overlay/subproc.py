@@ -251,3 +251,47 @@ def run(
     if check and proc.returncode != 0:
         raise OverlayError(Why.FAILED, what=what, reason=failure_reason(proc))
     return proc
+
+
+def cmdline(pid: int) -> str:
+    """The command line of `pid`, its arguments joined by spaces ('' where /proc does not say)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def is_overlay(pid: int) -> bool:
+    """`pid` runs sgl-overlay (its script or `python -m sgl_overlay`)."""
+    return any(name in cmdline(pid) for name in ("sgl-overlay", "sgl_overlay"))
+
+
+def processes_in(git_dirs: Sequence[Path], worktree: Path) -> list[int]:
+    """The live processes but this one that may hold a lock of git's in `git_dirs`: a file there open, or a git
+    working in `worktree` (a `git commit -a` waiting for its editor holds index.lock closed)."""
+    dirs = [str(f.resolve()) for f in git_dirs]
+    tree = str(worktree.resolve())
+
+    def inside(path: str, roots: list[str]) -> bool:
+        return any(path == r or path.startswith(r + os.sep) for r in roots)
+
+    found = []
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        pid = int(name)
+        try:
+            argv0 = os.path.basename(cmdline(pid).split(" ")[0])
+            if argv0 in ("git", "git.exe") or argv0.startswith("git-"):
+                if inside(os.readlink(f"/proc/{name}/cwd"), [tree, *dirs]):
+                    found.append(pid)
+                    continue
+            fds = os.listdir(f"/proc/{name}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                if inside(os.readlink(f"/proc/{name}/fd/{fd}"), dirs):
+                    found.append(pid)
+                    break
+    return found

@@ -26,44 +26,12 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 from pathlib import Path
 
-from sgl_overlay import gitutil, subproc
+from sgl_overlay import gitutil, records, subproc
 from sgl_overlay.errors import Interrupted, OverlayError, Why
 
 LOCK = "sgl-overlay.lock"
 JOURNAL = "sgl-overlay-journal.json"
 ZERO = "0" * 40  # a blob id standing for "no file"
-
-
-def _read(path: Path) -> dict | None:
-    """A lock or journal's JSON; {} when it is there but unreadable (half-written), None when absent."""
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _write(path: Path, data: dict) -> None:
-    """Write `data` to `path` atomically and durably (a kill leaves the old or the new one)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _me() -> dict:
-    """What a lock or journal records of this run: its pid, that pid's start time, its RUN_ENV mark."""
-    return {"pid": os.getpid(), "start": subproc.start_time(os.getpid()), "run": subproc.this_run()}
-
-
-def _alive(record: dict) -> bool:
-    """The run a lock or journal records is another one, and runs: the same pid *and* start time."""
-    pid = record.get("pid")
-    return pid != os.getpid() and subproc.runs(pid, record.get("start"))
 
 
 class Left(Enum):
@@ -80,19 +48,30 @@ class Leftover:
     repo: Path
     path: Path  # the lock or the journal
     run: dict  # its record of that run (pid, command, started; a journal's head)
+    alive: records.Alive = records.Alive.YES  # for RUNNING: how sure that it runs
+
+
+def _records(repo: Path) -> tuple[Path, dict | None, Path, dict | None]:
+    """The lock and the journal of `repo` with their records (None: absent); refuses, in one line, either
+    when this version cannot read it exactly."""
+    gd = gitutil.git_dir(repo)
+    lock, journal = gd / LOCK, gd / JOURNAL
+    return lock, records.read_lock(lock, repo), journal, records.read_journal(journal, repo, lock)
 
 
 def leftover(repo: Path) -> Leftover | None:
     """Another run's lock or a dead run's journal in `repo`, or None."""
-    gd = gitutil.git_dir(repo)
-    lock, journal = gd / LOCK, gd / JOURNAL
-    held, info = _read(lock), _read(journal)
-    if held is not None and held.get("pid") != os.getpid():
-        if _alive(held):
-            return Leftover(Left.RUNNING, repo, lock, held)
+    lock, held, journal, info = _records(repo)
+    if held is not None and held["pid"] != os.getpid():
+        alive = records.alive(held)
+        if alive != records.Alive.NO:
+            return Leftover(Left.RUNNING, repo, lock, held, alive)
         if info is None:
             return Leftover(Left.STALE_LOCK, repo, lock, held)
     if info is not None:
+        alive = records.alive(info)
+        if alive != records.Alive.NO:
+            return Leftover(Left.RUNNING, repo, journal, info, alive)
         return Leftover(Left.JOURNAL, repo, journal, info)
     return None
 
@@ -114,7 +93,7 @@ def locked(repo: Path, command: str) -> Iterator[None]:
         # when the lock exists, and no reader ever sees a half-written lock.
         fd = os.open(mine, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         with os.fdopen(fd, "w") as f:
-            json.dump({**_me(), "command": command, "started": time.time()}, f)
+            json.dump({**records.me(), "command": command, "started": time.time()}, f)
         try:
             os.link(mine, lock)
         except (PermissionError, NotImplementedError):  # a file system without hard links
@@ -220,7 +199,7 @@ class Change:
         self.head = gitutil.head(repo)
         branch = gitutil.git(repo, "symbolic-ref", "-q", "HEAD", check=False).stdout.strip()
         self.data = {
-            **_me(),
+            **records.me(),
             "command": command,
             "started": time.time(),
             "head": self.head,
@@ -235,7 +214,7 @@ class Change:
 
     def __enter__(self) -> Change:
         try:
-            _write(self.journal, self.data)
+            records.write(self.journal, self.data)
         except OSError as exc:
             raise OverlayError(Why.CANNOT_JOURNAL, journal=self.journal, repo=self.repo, reason=exc.strerror) from None
         return self
@@ -243,7 +222,7 @@ class Change:
     def done(self, what: str) -> None:
         self.data["done"].append(what)
         self.data["made"] = gitutil.out(self.repo, "rev-list", "--reverse", f"{self.head}..HEAD").split()
-        _write(self.journal, self.data)
+        records.write(self.journal, self.data)
 
     def interrupted(self) -> Interrupted:
         return Interrupted(Why.INTERRUPTED, command=self.command, repo=self.repo, head=self.head)
@@ -263,7 +242,7 @@ class Change:
 def _foreign_commits(repo: Path, info: dict) -> list[str]:
     """Commits after the dead run's HEAD that it did not make (neither recorded nor of a subject it may commit)."""
     log = gitutil.out(repo, "log", "--format=%H %s", f"{info['head']}..HEAD")
-    made, allowed = set(info.get("made") or ()), set(info.get("subjects") or ())
+    made, allowed = set(info["made"]), set(info["subjects"])
     return [line for line in log.splitlines() if line[:40] not in made and line.partition(" ")[2] not in allowed]
 
 
@@ -285,7 +264,7 @@ LITERAL = {"GIT_LITERAL_PATHSPECS": "1"}  # the run's paths are file names, not 
 def _run_paths(repo: Path, info: dict) -> list[str]:
     """The files the run may have written: its patches' (journal), and what its commits changed."""
     made = gitutil.out(repo, "diff", "--name-only", "--no-renames", "-z", info["head"], "HEAD").split("\0")
-    return sorted({*(info.get("paths") or ()), *filter(None, made)})
+    return sorted({*info["paths"], *filter(None, made)})
 
 
 def _changed_since(repo: Path, info: dict, paths: list[str]) -> list[str]:
@@ -294,7 +273,7 @@ def _changed_since(repo: Path, info: dict, paths: list[str]) -> list[str]:
     user's edits since, which a rollback would overwrite. (Other files are the user's alone: kept.)"""
     head = info["head"]
     commits = [head, *gitutil.out(repo, "rev-list", f"{head}..HEAD").split()]
-    allowed = _blobs_of(repo, commits, set(paths)) | set(info.get("blobs") or ())
+    allowed = _blobs_of(repo, commits, set(paths)) | set(info["blobs"])
 
     def known(blob: str | None) -> bool:
         return blob is None or blob == ZERO or any(blob.startswith(a) for a in allowed)
@@ -307,10 +286,10 @@ def _changed_since(repo: Path, info: dict, paths: list[str]) -> list[str]:
         _mode, blob, stage = meta.split()
         if stage == "0" and not known(blob) and path not in changed:
             changed.append(path)  # (unmerged entries are a stopped `git am -3`'s merge)
+    files = [p for p in paths if (repo / p).is_file() and not (repo / p).is_symlink()]
+    working = gitutil.worktree_blobs(repo, files)  # through git's filters, as `git diff` compares
     for path in paths:
-        file = repo / path
-        blob = gitutil.file_blob(file) if file.is_file() and not file.is_symlink() else None
-        if not known(blob) and path not in changed:
+        if not known(working.get(path)) and path not in changed:
             changed.append(path)
     return changed
 
@@ -338,8 +317,8 @@ def _refuse_changes_since(repo: Path, info: dict, journal: Path, lock: Path) -> 
     HEAD, commits it did not make, files edited or staged since."""
     facts = {"repo": repo, "run": info, "journal": journal, "lock": lock, "head": info["head"]}
     branch = gitutil.git(repo, "symbolic-ref", "-q", "HEAD", check=False).stdout.strip() or None
-    if "branch" in info and branch != info.get("branch"):
-        raise OverlayError(Why.BRANCH_SINCE, now=branch, was=info.get("branch"), **facts)
+    if branch != info["branch"]:
+        raise OverlayError(Why.BRANCH_SINCE, now=branch, was=info["branch"], **facts)
     if gitutil.git(repo, "merge-base", "--is-ancestor", info["head"], "HEAD", check=False).returncode != 0:
         raise OverlayError(Why.BRANCH_SINCE, now=gitutil.head(repo), was=info["head"], **facts)
     foreign = _foreign_commits(repo, info)
@@ -350,18 +329,46 @@ def _refuse_changes_since(repo: Path, info: dict, journal: Path, lock: Path) -> 
         raise OverlayError(Why.FILES_SINCE, files=files, **facts)
 
 
-def _git_locks(gd: Path, since: float) -> list[Path]:
-    """git's lock files in `gd` (HEAD.lock, index.lock, refs/heads/*.lock, packed-refs.lock, ...) made since `since`."""
-    found = []
-    for root, dirs, files in os.walk(gd):
-        dirs[:] = [d for d in dirs if d != "objects"]  # (objects are written whole, never locked)
-        for name in files:
-            path = Path(root, name)
-            if name.endswith(".lock") and name != LOCK:
-                with contextlib.suppress(OSError):
-                    if path.stat().st_mtime >= since - 1:
-                        found.append(path)
-    return sorted(found)
+# The lock files a run's `git am`, `git revert` or `git reset` takes in the worktree's git directory, and in the
+# shared one besides its branch's.
+WORKTREE_LOCKS = (
+    "index.lock",
+    "HEAD.lock",
+    "ORIG_HEAD.lock",
+    "REBASE_HEAD.lock",
+    "AUTO_MERGE.lock",
+    "CHERRY_PICK_HEAD.lock",
+    "REVERT_HEAD.lock",
+    "MERGE_HEAD.lock",
+    "MERGE_RR.lock",
+)
+SHARED_LOCKS = ("packed-refs.lock", "MERGE_RR.lock")
+
+
+def _git_locks(repo: Path, gd: Path, info: dict, journal: Path, lock: Path) -> list[Path]:
+    """git's lock files that the killed run's git left: of the names its commands take (never another worktree's,
+    another ref's or a worktree's `locked`), made since it started, with no live process that may hold them.
+    Refuses, in one line and before anything is changed, a lock a live git may hold or one older than the run:
+    neither is the run's, and none is removed."""
+    common = gitutil.common_dir(repo)
+    names = [gd / n for n in WORKTREE_LOCKS] + [common / n for n in SHARED_LOCKS]
+    if info["branch"]:
+        names.append(common / f"{info['branch']}.lock")
+    present = [p for p in dict.fromkeys(names) if p.exists()]
+    if not present:
+        return []
+    facts = {"repo": repo, "run": info, "journal": journal, "lock": lock}
+    holders = subproc.processes_in([gd, common], repo)
+    if holders:
+        raise OverlayError(
+            Why.GIT_LOCK_HELD, git_lock=present[0], pid=holders[0], command=subproc.cmdline(holders[0]), **facts
+        )
+    since = float(info.get("started") or 0) - 1
+    for path in present:
+        with contextlib.suppress(OSError):
+            if path.stat().st_mtime < since:
+                raise OverlayError(Why.GIT_LOCK_OLDER, git_lock=path, **facts)
+    return present
 
 
 def _end_processes(run: str) -> list[int]:
@@ -394,40 +401,42 @@ class Aborted:
 
 def abort(repo: Path) -> Aborted:
     """Roll back what a killed run left in `repo` (its journal), keeping what the user did since in other files,
-    and remove its lock and git's; refuses, changing nothing, when the branch moved, commits the run did not
-    make are on top, or one of the run's own files was edited since."""
+    and remove its lock and the git locks its git left; refuses, changing nothing, when the branch moved, commits
+    the run did not make are on top, one of the run's own files was edited since, or a git lock is not the
+    run's."""
     gd = gitutil.git_dir(repo)
-    lock, journal = gd / LOCK, gd / JOURNAL
-    held, info = _read(lock), _read(journal)
-    if held and _alive(held):
-        raise _refuse_leftover(repo, Why.LOCK_HELD, lock=lock)
+    lock, held, journal, info = _records(repo)
+    for record, path in ((held, lock), (info, journal)):
+        if record is not None and record["pid"] != os.getpid():
+            alive = records.alive(record)
+            if alive != records.Alive.NO:
+                raise OverlayError(Why.LEFTOVER, left=Leftover(Left.RUNNING, repo, path, record, alive))
     if info is None:
         if held is None:
             return Aborted(repo)
         lock.unlink(missing_ok=True)
         return Aborted(repo, held, lock)
-    if not isinstance(info.get("head"), str):
-        raise OverlayError(Why.BAD_JOURNAL, journal=journal, repo=repo, lock=lock)
-    if _alive(info):
-        raise OverlayError(Why.LEFTOVER, left=Leftover(Left.RUNNING, repo, journal, info))
-    ended = _end_processes(str(info.get("run") or ""))
-    locks = _git_locks(gd, float(info.get("started") or 0))
-    for path in locks:  # no process of the run lives: git's locks are stale
-        path.unlink(missing_ok=True)
+    ended = _end_processes(info["run"])
+    locks = _git_locks(repo, gd, info, journal, lock)
     _refuse_changes_since(repo, info, journal, lock)
     with subproc.held():
+        for path in locks:  # the killed git's, and no process lives that may hold them
+            path.unlink(missing_ok=True)
         _restore(repo, gd, info["head"], _run_paths(repo, info))
         journal.unlink(missing_ok=True)
         lock.unlink(missing_ok=True)
     subproc.hold()
-    return Aborted(repo, info, lock, info["head"], tuple(info.get("done") or ()), tuple(locks), tuple(ended))
+    return Aborted(repo, info, lock, info["head"], tuple(info["done"]), tuple(locks), tuple(ended))
 
 
 def discard_leftovers(repo: Path) -> None:
     """For trees the tool owns and resets anyway (the matrix's): drop a dead run's lock and journal."""
     gd = gitutil.git_dir(repo)
-    held = _read(gd / LOCK)
-    if held and _alive(held):
+    try:
+        held = records.read_lock(gd / LOCK, repo)
+    except OverlayError:
+        held = None  # a tree the tool owns: an unreadable lock is reset with the rest
+    if held and records.alive(held) != records.Alive.NO:
         raise _refuse_leftover(repo, Why.LOCK_HELD, lock=gd / LOCK)
     (gd / JOURNAL).unlink(missing_ok=True)
     (gd / LOCK).unlink(missing_ok=True)

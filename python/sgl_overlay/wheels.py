@@ -151,6 +151,9 @@ def build_from_checkout(co: Checkout, out_dir: Path, local_version: str) -> Path
     if not projects:
         names = [t.name for t in co.required]
         raise OverlayError(Why.NOT_A_PROJECT, targets=names, kernel=checkout / "sgl-kernel")
+    dirty = gitutil.changed_files(checkout)
+    if dirty:  # pip builds the working files; the states below are HEAD's
+        raise OverlayError(Why.DIRTY_BUILD, checkout=checkout, count=len(dirty), first=dirty[0])
     statuses = (r for t in projects for r in series_status(checkout, co.series[t.name], placement=co.placement(t.name)))
     pending = next((r for r in statuses if r.state not in IN), None)
     if pending is not None:

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sgl_overlay.errors import OverlayError, Why
+from sgl_overlay.records import Alive
 from sgl_overlay.series import BUG, FORWARDED, NOT_YET
-from sgl_overlay.states import Standing
+from sgl_overlay.states import Standing, State
 from sgl_overlay.transaction import Left
 from sgl_overlay.tree import BASE_TAG
 
@@ -52,6 +53,11 @@ def strict_refusal(w: PreimageDiffers) -> str:
 def status_lines(r: StatusReport) -> list[str]:
     """A note on another run, one on uncommitted files, each target's patches with their states, warnings."""
     lines = [f"note: {leftover(r.busy)}"] if r.busy else []
+    if r.read_only:
+        lines.append(
+            f"note: {r.path} is read-only: the states below are read all the same (git's new objects go to a "
+            "private store of this run); apply and revert need it writable"
+        )
     if u := r.uncommitted:
         lines.append(
             f"note: {u.count} file(s) have uncommitted changes ({u.ours} touched by the patches; "
@@ -63,6 +69,12 @@ def status_lines(r: StatusReport) -> list[str]:
         lines.append(f"{t.name} in {r.path}{note}:")
         for row in t.rows:
             extra = row.commit[:12] if row.commit else row.detail
+            if row.state == State.ELSEWHERE:
+                extra = (
+                    f"by {row.detail}, commit {row.commit[:12]}"
+                    if row.detail
+                    else (f"commit {row.commit[:12]}, not one sgl-overlay made: `revert` leaves it")
+                )
             lines.append(
                 f"  {row.state.value:<{STATE_WIDTH}} {row.patch.label}"
                 + (f"  ({extra})" if extra else "")
@@ -83,6 +95,13 @@ def upstream_of(patch: Patch) -> str:
 
 def already_in(a: AlreadyIn) -> str:
     """The line for a checkout where every required patch is in already."""
+    if a.other:
+        parts = [f"already applied: {a.applied}"] if a.applied else []
+        parts += [f"already upstream: {a.upstream}"] if a.upstream else []
+        return (
+            f"already in: {a.applied + a.upstream + a.other} patch(es) in {a.path}, {a.other} of them by commits "
+            "sgl-overlay did not make (see `sgl-overlay status`)" + "".join(f", {p}" for p in parts) + "; nothing to do"
+        )
     if not a.upstream:
         return f"already applied: {a.applied} patch(es) in {a.path}; nothing to do"
     if not a.applied:
@@ -146,6 +165,12 @@ def apply_lines(r: ApplyReport) -> list[str]:
         return report + [already_in(r.already)] + list(map(optional_note, r.notes))
     skipped = f" ({r.upstream} already upstream, skipped)" if r.upstream else ""
     report.append(f"applied {r.count} patch(es) to {r.path}: {r.before[:12]} -> {r.after[:12]}{skipped}")
+    if r.bypassed is not None:
+        report.append(
+            f"note: `git am` does not run the pre-commit hook ({r.bypassed}): these {r.count} commit(s) did not go "
+            f"through it; run its checks on them (pre-commit's: `pre-commit run --from-ref {r.before[:12]} "
+            f"--to-ref {r.after[:12]}` in {r.path})"
+        )
     return report + list(map(optional_note, r.notes))
 
 
@@ -169,11 +194,22 @@ def doctor_lines(r: DoctorReport) -> list[str]:
         )
     shown: set[str] = set()  # one fix often mends several findings: print it once, under the first
     for f in r.findings:
-        lines.append(f"  [{'ok' if f.ok else 'MISSING'}] {f.target}: {f.what}")
+        if f.modified is not None:
+            m = f.modified
+            lines.append(
+                f"  [MODIFIED] {f.target}: {f.what}: {m.file} is {_blob(m.have)}, neither the stock file "
+                f"({_blob(m.stock)}) nor the patched one ({_blob(m.patched)}): edited or rebuilt there"
+            )
+        else:
+            lines.append(f"  [{'ok' if f.ok else 'MISSING'}] {f.target}: {f.what}")
         if not f.ok:
             lines.append(f"      fix: {f.fix}" if f.fix not in shown else "      fix: the one above")
             shown.add(f.fix)
     return lines
+
+
+def _blob(blob: str | None) -> str:
+    return f"blob {blob[:12]}" if blob else "absent"
 
 
 def laid_out(t: LaidOut) -> str:
@@ -369,8 +405,19 @@ def leftover(left: Leftover) -> str:
     run = left.run
     match left.what:
         case Left.RUNNING:
-            since = time.strftime("%H:%M:%S", time.localtime(run.get("started", 0)))
-            return f"{left.repo} is being changed by {who(run)} since {since} (lock {left.path}); wait for it to finish"
+            since = time.strftime("%H:%M:%S", time.localtime(run.get("started") or 0))
+            line = f"{left.repo} is being changed by {who(run)} since {since} (lock {left.path}); wait for it to finish"
+            if left.alive == Alive.UNSURE:
+                line += (
+                    f"; its record has no start time to tell that run from another process of pid {run['pid']}: "
+                    f"if that is not it, remove it with `rm {left.path}`"
+                )
+            elif left.alive == Alive.ELSEWHERE:
+                line += (
+                    f"; it was written on host {run.get('host')}, where this host cannot see its processes: if no "
+                    f"sgl-overlay runs on {left.repo} there, remove it with `rm {left.path}`"
+                )
+            return line
         case Left.STALE_LOCK:
             return f"stale lock {left.path} of {who(run)}, which no longer runs; remove it with `{_abort(left.repo)}`"
     head = str(run.get("head", ""))[:12] or "unknown"
@@ -557,6 +604,28 @@ ERRORS: dict[Why, Callable[..., str]] = {
     Why.DIRTY: lambda checkout, count, first: (
         f"{checkout} has uncommitted changes in {count} file(s) (first: {first}); commit or stash them, then try again"
     ),
+    Why.READ_ONLY: lambda checkout: (
+        f"{checkout} is read-only (git cannot write its objects): apply and revert cannot change it; make it "
+        "writable, or work in a writable clone (`git clone` it), then try again"
+    ),
+    Why.BARE: lambda path: (
+        f"{path} is a bare repository (no working tree to patch); pass a checkout of it: `git clone {path} DIR`, "
+        "then `--checkout DIR`"
+    ),
+    Why.UNBORN: lambda checkout, branch: (
+        f"{checkout} has no commit yet (branch {branch.removeprefix('refs/heads/')} is unborn); pass a checkout of "
+        "sgl-project/sglang or kvcache-ai/sglang, or commit its files first"
+    ),
+    Why.SPARSE: lambda checkout: (
+        f"{checkout} is a sparse checkout that leaves out the files naming its project (python/pyproject.toml, "
+        "sgl-kernel/); widen it with `git sparse-checkout add python sgl-kernel` (or `git sparse-checkout "
+        "disable`), then try again"
+    ),
+    Why.DIRTY_BUILD: lambda checkout, count, first: (
+        f"{checkout} has uncommitted changes in {count} file(s) (first: {first}): `wheels --checkout` would build "
+        "them, and the wheel would not be the checked series; commit or stash them, then build again (nothing was "
+        "built)"
+    ),
     Why.SKIP_WORKTREE_EDITED: lambda checkout, file: (
         f"{file} in {checkout} is edited but marked --skip-worktree, so git shows no change there and `git am` "
         f"would stop on it; `git update-index --no-skip-worktree {file}`, commit or stash the edit, then try again"
@@ -618,8 +687,28 @@ ERRORS: dict[Why, Callable[..., str]] = {
     Why.CANNOT_LOCK: lambda lock, repo, reason: f"cannot create {lock} ({reason}); {_writable(repo, reason)}",
     Why.LOCK_HELD: lambda lock: f"{lock} is held",
     Why.CANNOT_JOURNAL: lambda journal, repo, reason: f"cannot write {journal} ({reason}); {_writable(repo, reason)}",
-    Why.BAD_JOURNAL: lambda journal, repo, lock: (
-        f"unreadable journal {journal}; check `git log` in {repo}, then remove it and {lock}"
+    Why.BAD_JOURNAL: lambda journal, repo, lock, reason, head: (
+        f"{journal} cannot be read exactly by this sgl-overlay ({reason}): nothing was changed; to roll that run "
+        f"back keeping your work, in {repo}: `git am --abort` if `git status` says an am is in progress, then "
+        f"`git reset --keep {head[:12] if head else '<the commit before the run (git reflog)>'}` (it keeps your "
+        f"uncommitted changes and refuses where they touch the run's files), then `rm {journal} {lock}`"
+    ),
+    Why.BAD_LOCK: lambda lock, repo, reason: (
+        f"{lock} cannot be read exactly by this sgl-overlay ({reason}): nothing was changed; if no sgl-overlay "
+        f"runs on {repo}, remove it with `rm {lock}`"
+    ),
+    Why.BAD_COMMITS: lambda file, repo: (
+        f"{file} cannot be read exactly by this sgl-overlay: nothing was changed; it lists the commits sgl-overlay "
+        f"made in {repo}: restore it, or remove it (`rm {file}`: then no commit there counts as applied by "
+        "sgl-overlay, and `revert` removes none)"
+    ),
+    Why.GIT_LOCK_HELD: lambda repo, run, journal, lock, git_lock, pid, command: (
+        f"{git_lock} may be held by pid {pid} (`{command or '?'}`), which works in {repo}, not by the killed "
+        f"{who(run)}: nothing was changed; let that git finish (or end it), then abort again"
+    ),
+    Why.GIT_LOCK_OLDER: lambda repo, run, journal, lock, git_lock: (
+        f"{git_lock} is older than the killed {who(run)}, so its git did not make it: nothing was changed; "
+        f"if no git runs in {repo}, remove it (`rm {git_lock}`), then abort again"
     ),
     Why.FOREIGN_COMMITS: lambda repo, run, first, journal, lock, head: (
         f"{repo} has commits the killed {who(run)} did not make (first: {first[:60]}); to keep them, "

@@ -310,3 +310,25 @@ def wait_for(path: Path, proc: subprocess.Popen | None = None, seconds: float = 
         assert proc is None or proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.01)
+
+
+def hook(co: Path, name: str, body: str) -> None:
+    """Install the git hook `name` running `body` in the checkout `co`."""
+    path = co / ".git" / "hooks" / name
+    path.write_text(f"#!/bin/sh\n{body}")
+    path.chmod(0o755)
+
+
+def kill_inside_am(tmp: Path, co: Path, base: list[str], name: str, nth: int, env: dict[str, str] | None = None) -> int:
+    """Run apply and SIGKILL it while git am is inside the hook `name` for the `nth` patch; returns the tool's pid."""
+    count, marker = tmp / "count", tmp / "parked"
+    count.unlink(missing_ok=True)
+    marker.unlink(missing_ok=True)
+    hook(co, name, f"echo x >> {count}\nif [ $(wc -l < {count}) -eq {nth} ]; then\n{PARK.format(marker=marker)}fi\n")
+    proc = spawn(*base, "apply", "--checkout", str(co), env=env)
+    wait_for(marker, proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    wait_for(Path(f"{marker}.done"))  # git am, killed with the tool, is gone
+    (co / ".git" / "hooks" / name).unlink()
+    return proc.pid

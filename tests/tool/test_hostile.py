@@ -3,8 +3,10 @@ operations, hooks, a missing or broken git. Every case: one line, its exit code,
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -211,8 +213,10 @@ def test_abort_keeps_commits_the_dead_run_did_not_make(tmp_path: Path) -> None:
     """A journal whose HEAD the user has committed on top of since: abort refuses and says how to keep them."""
     base, co = _setup(tmp_path)
     head = git(co, "rev-parse", "HEAD")
+    run = {"version": 2, "pid": _dead_pid(), "start": None, "host": socket.gethostname(), "run": "0-0"}
+    lists = dict.fromkeys(("targets", "subjects", "paths", "blobs", "made", "done"), [])
     (co / ".git" / JOURNAL).write_text(
-        f'{{"pid": {_dead_pid()}, "command": "apply", "started": 0, "head": "{head}", "subjects": [], "done": []}}'
+        json.dumps({**run, "command": "apply", "started": 0, "head": head, "branch": "refs/heads/main", **lists})
     )
     write(co, "notes.txt", "mine\n")
     git(co, "add", "notes.txt")

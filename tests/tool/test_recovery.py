@@ -18,41 +18,22 @@ from synth import (
     KERNEL,
     KERNEL_CU,
     KT_URL,
-    PARK,
     add_kernel_target,
     cli,
     clone,
     git,
+    kill_inside_am,
     make_fork_checkout,
     make_fork_overlay,
     make_overlay,
     one_error,
     snapshot,
     spawn,
-    wait_for,
     write,
 )
 
 LOCK = "sgl-overlay.lock"
 JOURNAL = "sgl-overlay-journal.json"
-
-
-def _hook(co: Path, name: str, body: str) -> None:
-    hook = co / ".git" / "hooks" / name
-    hook.write_text(f"#!/bin/sh\n{body}")
-    hook.chmod(0o755)
-
-
-def _kill_inside_am(tmp: Path, co: Path, base: list[str], hook: str, nth: int) -> int:
-    """Run apply and SIGKILL it while git am is inside `hook` for the `nth` patch; returns the tool's pid."""
-    count, marker = tmp / "count", tmp / "parked"
-    _hook(co, hook, f"echo x >> {count}\nif [ $(wc -l < {count}) -eq {nth} ]; then\n{PARK.format(marker=marker)}fi\n")
-    proc = spawn(*base, "apply", "--checkout", str(co))
-    wait_for(marker, proc)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=60)
-    (co / ".git" / "hooks" / hook).unlink()
-    return proc.pid
 
 
 # Where the kill lands: the first patch in the index but not committed (pre-applypatch), the first patch
@@ -71,7 +52,7 @@ def test_abort_keeps_edits_and_staged_files_made_after_the_kill(
     base, co = ["--patches", str(ov.patches)], clone(ov.upstream, tmp_path / "checkout")
     head = git(co, "rev-parse", "HEAD")
     pristine = {p: (co / p).read_text() for p in ("python/sglang/model.py", "python/sglang/hook.py")}
-    _kill_inside_am(tmp_path, co, base, hook, nth)
+    kill_inside_am(tmp_path, co, base, hook, nth)
     if am_abort_first and (co / ".git" / "rebase-apply").exists():
         git(co, "am", "--abort")
     mine = (co / "python/pyproject.toml").read_text() + "# my edit\n"
@@ -97,7 +78,7 @@ def test_abort_refuses_over_an_edit_of_the_runs_own_file(tmp_path: Path, hook: s
     ov = make_overlay(tmp_path)
     base, co = ["--patches", str(ov.patches)], clone(ov.upstream, tmp_path / "checkout")
     head = git(co, "rev-parse", "HEAD")
-    _kill_inside_am(tmp_path, co, base, hook, nth)
+    kill_inside_am(tmp_path, co, base, hook, nth)
     write(co, "python/sglang/hook.py", "my edit\n")
     before = snapshot(co)
     line = one_error(cli(*base, "apply", "--abort", "--checkout", str(co)))
@@ -119,7 +100,7 @@ def test_abort_refuses_after_a_branch_switch(tmp_path: Path, hook: str, nth: int
     write(co, "later.txt", "a later commit\n")
     git(co, "add", "later.txt")
     git(co, "commit", "-qm", "later")
-    _kill_inside_am(tmp_path, co, base, hook, nth)
+    kill_inside_am(tmp_path, co, base, hook, nth)
     if (co / ".git" / "rebase-apply").exists():
         git(co, "am", "--abort")
     git(co, "checkout", "-qb", "feature", "origin/main")
@@ -137,7 +118,7 @@ def test_abort_removes_the_lock_files_the_killed_git_left(tmp_path: Path) -> Non
     ov = make_overlay(tmp_path)
     base, co = ["--patches", str(ov.patches)], clone(ov.upstream, tmp_path / "checkout")
     head = git(co, "rev-parse", "HEAD")
-    _kill_inside_am(tmp_path, co, base, "post-applypatch", 1)
+    kill_inside_am(tmp_path, co, base, "post-applypatch", 1)
     gd = co / ".git"
     names = ["HEAD.lock", "ORIG_HEAD.lock", "REBASE_HEAD.lock", "packed-refs.lock", "index.lock"]
     for name in names:
@@ -159,7 +140,7 @@ def test_a_reused_pid_is_a_dead_run(tmp_path: Path) -> None:
     ov = make_overlay(tmp_path)
     base, co = ["--patches", str(ov.patches)], clone(ov.upstream, tmp_path / "checkout")
     head = git(co, "rev-parse", "HEAD")
-    _kill_inside_am(tmp_path, co, base, "post-applypatch", 2)
+    kill_inside_am(tmp_path, co, base, "post-applypatch", 2)
     stranger = subprocess.Popen(["sh", "-c", "sleep 60", "sgl-overlay apply"])
     journal = co / ".git" / JOURNAL
     text = journal.read_text()
@@ -276,7 +257,8 @@ def test_a_subject_another_target_shares_is_not_this_targets_commit(tmp_path: Pa
     assert applied.stdout.startswith("applied 3 patch(es)"), applied
     status = cli(*base, "status", "--checkout", str(co)).stdout
     kernel_rows = [ln for ln in status.splitlines() if "sgl-kernel/0001" in ln]
-    assert kernel_rows and not kernel_rows[0].strip().startswith("applied"), status
+    assert kernel_rows and kernel_rows[0].strip().startswith("in (other commit)"), status
+    assert "(by sgl-kernel-kt/0001-" in kernel_rows[0] and "already upstream" not in kernel_rows[0], status
     assert any(ln.strip().startswith("applied") and "sgl-kernel-kt/0001" in ln for ln in status.splitlines()), status
     before = snapshot(co)
     revert = cli(*base, "revert", "-t", "sgl-kernel", "--checkout", str(co))
