@@ -80,14 +80,35 @@ def write_sources(dest: Path) -> None:
     (dest / "trees.json").write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
 
 
+def _top_level_names(node) -> list[str]:
+    if isinstance(node, ast.FunctionDef):
+        return [node.name]
+    if isinstance(node, ast.Assign):
+        return [t.id for t in node.targets if isinstance(t, ast.Name)]
+    return []
+
+
 def caller(tree: str, rev: str):
-    """copy_list_to_gpu_no_ce of one tree's deep_gemm.py, alone in a module."""
+    """copy_list_to_gpu_no_ce of one tree's deep_gemm.py, in a module with the module-level
+    functions and constants it uses (the decorated ones with their decorators)."""
     src = git_show(tree, rev, DEEP_GEMM).decode()
-    node = next(n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef) and n.name == "copy_list_to_gpu_no_ce")
+    defs = {name: n for n in ast.parse(src).body for name in _top_level_names(n)}
+    wanted, todo = [], ["copy_list_to_gpu_no_ce"]
+    while todo:
+        node = defs[todo.pop()]
+        if node in wanted:
+            continue
+        wanted.append(node)
+        todo += [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in defs]
+    wanted.sort(key=lambda n: n.lineno)
+    segments = []
+    for node in wanted:
+        start = node.decorator_list[0].lineno if getattr(node, "decorator_list", None) else node.lineno
+        segments.append("\n".join(src.splitlines()[start - 1 : node.end_lineno]))
     module = types.ModuleType(f"caller_{tree}_{rev}")
-    code = "from typing import List\n\nimport torch\n\n" + ast.get_source_segment(src, node)
+    code = "import functools\nfrom typing import List, Tuple\n\nimport torch\n\n\n" + "\n\n\n".join(segments)
     exec(compile(code, f"{tree}@{rev}:{DEEP_GEMM}", "exec"), module.__dict__)
-    return module.copy_list_to_gpu_no_ce, ast.get_source_segment(src, node)
+    return module.copy_list_to_gpu_no_ce, "\n\n\n".join(segments)
 
 
 class SglKernel:
@@ -115,6 +136,10 @@ def check_counts(torch, call, sk, wrapper, rng) -> dict:
     """Every N in 1..513 through call over one kernel: refused N, wrong N, launches per N."""
     launches: list = []
     sk.use(counting(wrapper, launches))
+    try:  # a caller that learns the kernel's lengths on its first call does so here
+        call([0])
+    except RuntimeError:
+        pass
     refused, wrong, per_n = [], [], {}
     for n in range(1, 514):
         values = [rng.randint(INT32_MIN, INT32_MAX) for _ in range(n)]
@@ -247,7 +272,7 @@ def machine(torch) -> dict:
 def markdown(report: dict) -> str:
     m = report["machine"]
     lines = [
-        "# copy_list_to_gpu_no_ce over the released kernels (H200)",
+        f"# copy_list_to_gpu_no_ce over the released kernels ({m['gpu']})",
         "",
         f"- {m['date']}; {m['gpu']}, driver {m['driver']}; CPU {m['cpu']}; Python {m['python']}, torch {m['torch']} (CUDA {m['cuda']}), {m['nvcc']}",
         f"- trees and blobs read: {json.dumps(m['sources'])}",
@@ -291,6 +316,34 @@ def markdown(report: dict) -> str:
     for n, res in report["timing"].items():
         cells = [f"{res[m]['median_us']:.2f}" if m in res else "-" for m in methods]
         lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Ratios, median over blocks of the per-block ratio (the methods of a block run side by side):",
+        "",
+        "| N | patched@stock / stock@stock | patched@kt / stock@kt | patched@stock / kernel fix | patched@kt / kernel fix | patched@post / kernel fix |",
+        "|---|---|---|---|---|---|",
+    ]
+    fix = "stock@post (kernel fix)"
+    for n, res in report["timing"].items():
+
+        def ratio(a, b, res=res):
+            if a not in res or b not in res:
+                return "-"
+            return f"{statistics.median(x / y for x, y in zip(res[a]['blocks_us'], res[b]['blocks_us'])):.3f}"
+
+        cells = [
+            ratio("patched@stock", "stock@stock"),
+            ratio("patched@kt", "stock@kt"),
+            ratio("patched@stock", fix),
+            ratio("patched@kt", fix),
+            ratio("patched@post", fix),
+        ]
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    if "first_call_ms" in report:
+        lines += [
+            "",
+            f"First call of the patched caller over each kernel (it tries the lengths 1..512), ms: {report['first_call_ms']}",
+        ]
     lines += [
         "",
         "## The post-image op alone: exact kernel vs fallback",
@@ -389,22 +442,37 @@ def main(argv=None) -> int:
         if n in LENGTHS["kt"]:
             methods["stock@kt"] = (stock, wrappers["kt"])
         methods["stock@post (kernel fix)"] = (stock, wrappers["post"])
+        methods["patched@post"] = (patched, wrappers["post"])
         if fast is not None:
             methods["sgl_kernel_ext list path"] = (fast, None)
         timing[n] = time_methods(torch, methods, sk, n, args.blocks, args.calls, rng)
         print(n, {m: round(r["median_us"], 2) for m, r in timing[n].items()}, flush=True)
     report["timing"] = timing
+    # The first call of the patched caller over a kernel it has not seen: it tries the lengths.
+    first_call = {}
+    for kernel in ("stock", "kt", "post"):
+        sk.use(copy_ext.as_sgl_kernel(ops[kernel]))
+        torch.cuda.synchronize()
+        t0 = time.perf_counter_ns()
+        patched(list(range(16)))
+        torch.cuda.synchronize()
+        first_call[kernel] = (time.perf_counter_ns() - t0) / 1e6
+    report["first_call_ms"] = first_call
+    print("first call, ms:", first_call, flush=True)
     post_op = {}
     exact = (16, 32, 64, 72)
-    for n in (16, 17, 32, 33, 63, 64, 71, 72, 100, 512):
+    op_n = (16, 17, 32, 33, 63, 64, 71, 72, 100, 512)
+    # every N in the same blocks, the order shuffled: the first N timed alone ran slow
+    op_methods = {}
+    for n in op_n:
         src = torch.arange(n, dtype=torch.int32)
         dst = torch.empty(n, dtype=torch.int32, device="cuda")
-        res = time_methods(
-            torch, {"op": (lambda v, s=src, d=dst: ops["post"](s, d), None)}, sk, n, args.blocks, args.calls, rng
-        )
+        op_methods[n] = (lambda v, s=src, d=dst: ops["post"](s, d), None)
+    res = time_methods(torch, op_methods, sk, 1, args.blocks, args.calls, rng)
+    for n in op_n:
         post_op[n] = {
             "kernel": "exact" if n in exact else "fallback",
-            "host_us": res["op"]["median_us"],
+            "host_us": res[n]["median_us"],
             "device_us": op_device_us(torch, ops["post"], n),
         }
     report["post_op"] = post_op
