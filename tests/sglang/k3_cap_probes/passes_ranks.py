@@ -4,17 +4,16 @@ is the expert-parallel reference MoE of mega_moe_standin.py, a real all-gather +
 all-reduce on every launch. Each forward runs two MoE layers: Kimi K3's
 ``_forward_mega_experts`` then the shared ``run_mega_routed_experts``.
 
-argv: modes, then the gloo timeout in seconds; a mode is "patched" (the tree as it
-is), "trust-local" (the pass count taken from a single published DP count as if it
-were every rank's, what the rank-local rule does where MLP sync does not gather) or
-"stock". Each round states a layout through sglang's ``get_parallel().override``
+argv: modes, then the gloo timeout in seconds; a mode is "patched" or "stock" (the
+tree as it is, under the name the output gives it). Each round states a layout through sglang's ``get_parallel().override``
 and publishes the per-DP token counts through sglang's ``set_dp_buffer_len`` as MLP
 sync does; each rank then holds the rows that layout gives it:
 
 - "dp4": attention DP 4, attention TP 1, counts gathered: each rank its DP rank's
   batch (some empty, some over the cap);
 - "dp4_local": as dp4, but each rank publishes only its own count (MLP sync without
-  the gather: ``require_mlp_tp_gather()`` False);
+  the gather: ``require_mlp_tp_gather()`` False), every rank within the cap (over it,
+  graphs_ranks.py);
 - "dp2_sp": attention DP 2, attention TP 2 (SP-MoE): half its DP rank's padded batch;
 - "tp4_sp": attention TP 4, no DP: a quarter of the batch padded to 4 (the DP counts
   left over from the previous round must not matter);
@@ -44,7 +43,6 @@ from gloo_ranks import run_ranks  # noqa: E402
 from mega_moe_standin import StandIn, batch, expected, k3_moe, shared_forward  # noqa: E402
 from sglang.srt.environ import envs  # noqa: E402
 from sglang.srt.layers import dp_attention  # noqa: E402
-from sglang.srt.layers.moe import mega_moe  # noqa: E402
 from sglang.srt.layers.moe.utils import MoeA2ABackend, get_moe_a2a_backend  # noqa: E402
 from sglang.srt.runtime_context import get_flags, get_parallel  # noqa: E402
 
@@ -65,9 +63,10 @@ def plan(seed: int = 0):
     for _ in range(ROUNDS):
         for layout in LAYOUTS:
             if layout in ("dp4", "dp4_local"):
-                counts = [rng.choice([0, rng.randint(1, 3 * CAP)]) for _ in range(WORLD)]
+                top = 3 * CAP if layout == "dp4" else CAP
+                counts = [rng.choice([0, rng.randint(1, top)]) for _ in range(WORLD)]
                 empty, busy = rng.sample(range(WORLD), 2)
-                counts[empty], counts[busy] = 0, rng.randint(CAP + 1, 3 * CAP)
+                counts[empty], counts[busy] = 0, rng.randint(CAP + 1, top) if layout == "dp4" else CAP
                 fields, rows = dict(attn_dp_size=4, attn_tp_size=1, attn_dp_enabled=True), counts
             elif layout == "dp2_sp":
                 counts = [ceil_align(rng.randint(0, 5 * CAP), 2) for _ in range(2)]
@@ -84,14 +83,6 @@ def plan(seed: int = 0):
                 fields = dict(attn_dp_size=1, attn_tp_size=4, attn_dp_enabled=False, disable_attn_tp_gather=True)
             rounds.append((layout, fields, counts, rows))
     return rounds
-
-
-def trust_local_rows(num_tokens: int, sp_shards: int = 1) -> int:
-    """A single published DP count taken as every rank's (the rule "patched" replaces)."""
-    counts = dp_attention.get_dp_global_num_tokens()
-    if not get_parallel().attn_dp_enabled or not counts or len(counts) == 1:
-        return num_tokens
-    return -(-max(counts) // sp_shards)
 
 
 def run_layer(forward, standin, x, topk, scale):
@@ -117,8 +108,6 @@ def run_rank(rank, out, mode, timeout):
         return all_reduce(tensor, *args, group=group, **kwargs)
 
     torch.distributed.all_reduce = counted_all_reduce
-    if mode == "trust-local":
-        mega_moe.mega_moe_max_rows = trust_local_rows
     get_flags().moe.a2a_backend = MoeA2ABackend.MEGAMOE
     assert get_moe_a2a_backend().is_megamoe()
     standin = StandIn(CAP, group=torch.distributed.group.WORLD)

@@ -1,0 +1,141 @@
+"""MegaMoE under attention DP with CUDA graphs (patches/sglang/0002): in every forward, eager
+or replayed, every EP rank makes the same fused-kernel launches, so no configuration that
+stock serves hangs, and stock's results are the expected values.
+
+k3_cap_probes/graphs_ranks.py runs sglang 0.5.23's real layers (Kimi K3's and the shared
+path) on 4 ranks over gloo, the fused kernel a real exchange per launch
+(mega_moe_standin.py), graphs captured under sglang's own ``model_capture_mode()`` in
+0.5.23's order and replayed as their recorded launches beside eager ranks. The previous
+revision of 0002 (one process-wide pass count for every graph, an all-reduce only eager
+ranks ran) hung or diverged in graphs_own, prefill_graph_over_cap and
+adaptive_steps_over_cap: benchmarks/results/cpu-2026-12-05-mega-moe-graphs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helpers import run_probe, side_by_side
+
+PROBE = Path(__file__).resolve().parent / "k3_cap_probes" / "graphs_ranks.py"
+SCENARIOS = (
+    "graphs_gathered",
+    "graphs_own",
+    "prefill_graph_over_cap",
+    "adaptive_steps",
+    "adaptive_steps_over_cap",
+    "should_use_own",
+    "should_use_gathered",
+)
+# A gloo wait this long only ends in a hang (a rank whose peers finished sees their closed
+# connection at once); the probe's join deadline then reports the rank as hung.
+GLOO_TIMEOUT = "120"
+CAP_ENV = "SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK"
+CAP = 8  # graphs_ranks.CAP
+LAYERS = ("k3", "shared")
+
+
+@pytest.fixture(scope="module")
+def runs(patched_root, stock_root):
+    roots = {"patched": patched_root("sglang"), "stock": stock_root("sglang")}
+    return side_by_side(
+        {name: (lambda r=root: run_probe(r, PROBE, *SCENARIOS, GLOO_TIMEOUT)) for name, root in roots.items()}
+    )
+
+
+def ranks(result):
+    return [result["ranks"][str(r)] for r in range(4)]
+
+
+def launch_counts(forward):
+    return {layer: len(forward[layer]) for layer in LAYERS}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_every_rank_makes_the_same_launches(runs, scenario):
+    """No rank hangs, and in each forward every rank that ran it launched alike."""
+    result = runs["patched"][scenario]
+    assert result["hung"] == []
+    per_rank = ranks(result)
+    # A rank stops only on a refusal, or on the closed connection of a peer that refused.
+    errors = [out["error"] for out in per_rank if out["error"]]
+    assert not any("Timed out" in e for e in errors), errors
+    assert all(e.startswith("RuntimeError: MegaMoE: ") for e in errors if "Connection closed" not in e), errors
+    for i in range(max(len(out["forwards"]) for out in per_rank)):
+        counts = [launch_counts(out["forwards"][i]) for out in per_rank if len(out["forwards"]) > i]
+        assert all(c == counts[0] for c in counts), (scenario, i, counts)
+    for out in per_rank:
+        for graph, capture in out["captures"].items():
+            if capture["error"] is None:
+                # A graph runs one pass whatever was captured before it.
+                assert [len(capture["launches"][layer]) for layer in LAYERS] == [1, 1], (graph, capture)
+
+
+@pytest.mark.parametrize("scenario", ["graphs_gathered", "graphs_own", "adaptive_steps"])
+def test_what_stock_serves_runs_as_stock(runs, scenario):
+    """Graphs and forwards stock completes: the same launches, rank by rank (one per layer)."""
+    for patched, stock in zip(ranks(runs["patched"][scenario]), ranks(runs["stock"][scenario])):
+        assert patched["captures"] == stock["captures"]
+        served = stock["forwards"]
+        assert served and patched["forwards"][: len(served)] == served
+        assert all(launch_counts(f) == {"k3": 1, "shared": 1} for f in served)
+    if scenario == "adaptive_steps":
+        assert {out["error"] for out in ranks(runs["patched"][scenario])} == {None}
+
+
+def test_gathered_counts_over_the_cap_run_passes_where_stock_asserts(runs):
+    last = [out["forwards"][-1] for out in ranks(runs["patched"]["graphs_gathered"])]
+    held = [20, 3, 0, 9]  # graphs_ranks: the all-eager forward
+    for rows, forward in zip(held, last):
+        for layer in LAYERS:
+            assert sum(forward[layer]) == rows and max(forward[layer]) <= CAP
+    assert len(last[0]["k3"]) > 1
+    stock = ranks(runs["stock"]["graphs_gathered"])
+    assert stock[0]["error"].startswith("AssertionError: mega MoE: num_tokens=20 exceeds")
+
+
+@pytest.mark.parametrize("scenario", ["prefill_graph_over_cap", "adaptive_steps_over_cap"])
+def test_a_graph_over_the_cap_fails_its_capture_where_stock_does(runs, scenario):
+    for patched, stock in zip(ranks(runs["patched"][scenario]), ranks(runs["stock"][scenario])):
+        failed = {g: c["error"] for g, c in stock["captures"].items() if c["error"]}
+        assert failed and all(e.startswith("AssertionError: mega MoE: num_tokens=") for e in failed.values())
+        assert {g for g, c in patched["captures"].items() if c["error"]} == set(failed)
+        for graph, error in failed.items():
+            rows = error.split("num_tokens=")[1].split()[0]
+            assert patched["captures"][graph]["error"] == (
+                f"RuntimeError: MegaMoE: a CUDA graph captures {rows} rows per rank under attention DP, "
+                f"more than {CAP_ENV}={CAP}; set {CAP_ENV}={rows}, or capture smaller graphs "
+                "(--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill)"
+            )
+        assert patched["forwards"] == stock["forwards"] == []
+
+
+def _own_counts_refusal(rows):
+    return (
+        f"RuntimeError: MegaMoE: {rows} rows on this rank exceed {CAP_ENV}={CAP}, and with each DP "
+        "rank's own token counts (--enable-dp-lm-head with --moe-dense-tp-size) the EP ranks cannot "
+        f"agree on how to run them; set {CAP_ENV} to the largest per-rank batch (here {rows}), or drop "
+        "those flags so that MLP sync gathers every rank's count"
+    )
+
+
+def test_own_counts_over_the_cap_are_refused_where_stock_asserts(runs):
+    """graphs_own's second forward: rank 3 eager with 12 rows beside replaying ranks."""
+    patched, stock = ranks(runs["patched"]["graphs_own"]), ranks(runs["stock"]["graphs_own"])
+    assert patched[3]["error"] == _own_counts_refusal(12)
+    assert stock[3]["error"].startswith("AssertionError: mega MoE: num_tokens=12 exceeds")
+
+
+def test_should_use_mega_moe_is_decided_alike(runs):
+    gathered = [out["decisions"] for out in ranks(runs["patched"]["should_use_gathered"])]
+    assert gathered == [out["decisions"] for out in ranks(runs["stock"]["should_use_gathered"])]
+    assert len(set(gathered)) == 1
+    # Own counts: stock sends the rank over the cap to the fallback while its peers enter
+    # MegaMoE; patched refuses that rank instead.
+    stock = [out["decisions"] for out in ranks(runs["stock"]["should_use_own"])]
+    assert len(set(stock)) == 2
+    patched = ranks(runs["patched"]["should_use_own"])
+    assert patched[1]["error"] == _own_counts_refusal(12) and stock[1] is False
+    assert [out["decisions"] for i, out in enumerate(patched) if i != 1] == [d for i, d in enumerate(stock) if i != 1]
