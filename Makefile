@@ -76,12 +76,12 @@ test-kernel: venvs trees
 # (tests/wheels). Then, against the installed stock and patched wheels (the first pinned one: cp311 for
 # sglang) instead of the trees, the tests whose subject is the package as pip lays it out, imported from
 # there: each patch's own unit test (upstream's test/ layout, run with only the package on PYTHONPATH and
-# importing its sglang.test helpers from it), for sglang 0001-0003, the MegaMoE patches
-# (test_k3_mega_moe_upstream_tests.py), and 0004, the DeepGEMM runner's caller (test_deep_gemm_copy_list.py,
+# importing its sglang.test helpers from it), for sglang 0001-0002, the MegaMoE patches
+# (test_k3_mega_moe_upstream_tests.py), and 0003, the DeepGEMM runner's caller (test_deep_gemm_copy_list.py,
 # whose probe also runs the installed runner over the released kernels' length rules), for sglang-kt 0001
 # (test_kt_gpu_expert_remap.py's upstream_unit_test cases) and 0002 (test_kt_deep_gemm_copy_list.py,
-# likewise). The probe suites run on the trees only (test-sglang, test-sglang-kt): the K3 startup warning
-# probe (test_k3_mega_moe_token_cap.py), the multi-pass probes (test_k3_mega_moe_passes.py) and the KT remap
+# likewise). The probe suites run on the trees only (test-sglang, test-sglang-kt): the multi-pass probes
+# (test_k3_mega_moe_passes.py), the CUDA-graph ranks probe (test_k3_mega_moe_graphs.py) and the KT remap
 # probe (the rest of test_kt_gpu_expert_remap.py). They prove the patched functions' behaviour on the
 # post-image files, which tests/wheels proves the installed files are byte for byte; rerun here they would
 # add minutes and prove nothing new.

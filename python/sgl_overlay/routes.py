@@ -1,6 +1,6 @@
 """Which lengths each released kernel's copy_to_gpu_no_ce has, and where the DeepGEMM runner calls it.
 
-The patched runner (sglang 0004, sglang-kt 0002) sends its per-expert counts only in lengths every
+The patched runner (sglang 0003, sglang-kt 0002) sends its per-expert counts only in lengths every
 released kernel has (64 and 72), so the fix needs no kernel of its own; these tables say what a stock
 runner would hit with the installed kernel."""
 

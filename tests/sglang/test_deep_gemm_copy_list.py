@@ -1,4 +1,4 @@
-"""The DeepGEMM runner's copy_list_to_gpu_no_ce (patches/sglang/0004) over the lengths the
+"""The DeepGEMM runner's copy_list_to_gpu_no_ce (patches/sglang/0003) over the lengths the
 released kernels have.
 
 The probe (tests/copy_list_probe.py, one subprocess per package) imports the REAL stock or

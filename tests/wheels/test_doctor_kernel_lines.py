@@ -1,6 +1,6 @@
 """doctor on the real test venvs: .venvs/sglang (no sglang-kernel) and .venvs/sglang-kt (kt-kernel's bundled
 sgl_kernel), each with the stock or patched install of build/installed (scripts/install_wheels.sh). The fix is
-the installed DeepGEMM runner (sglang 0004, sglang-kt 0002), which sends its counts in lengths the installed
+the installed DeepGEMM runner (sglang 0003, sglang-kt 0002), which sends its counts in lengths the installed
 kernel has: doctor finds it from the installed sglang / sglang-kt alone."""
 
 from __future__ import annotations
