@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import sys
 
+STARTING = "sgl-overlay: interrupted while starting; nothing was changed"
 try:  # Ctrl-C while the modules load is one line too
+    from sgl_overlay import subproc
+
+    # Recorded from here on, not raised: a module that catches everything while it loads cannot swallow it.
+    subproc.catch_signals()
     import argparse
     import os
     import signal
@@ -25,7 +30,6 @@ try:  # Ctrl-C while the modules load is one line too
         pins,
         prs,
         scratch,
-        subproc,
         transaction,
         tree,
         wheels,
@@ -38,8 +42,11 @@ try:  # Ctrl-C while the modules load is one line too
     from sgl_overlay.series import Series
     from sgl_overlay.verify import verify_tree
 except KeyboardInterrupt:
-    print("sgl-overlay: interrupted while starting; nothing was changed", file=sys.stderr)
+    print(STARTING, file=sys.stderr)
     raise SystemExit(130) from None
+if subproc.caught() is not None:
+    print(STARTING, file=sys.stderr)
+    raise SystemExit(130)
 
 
 @dataclass(frozen=True)
