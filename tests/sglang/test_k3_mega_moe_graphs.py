@@ -5,10 +5,11 @@ stock serves hangs, and stock's results are the expected values.
 k3_cap_probes/graphs_ranks.py runs sglang 0.5.23's real layers (Kimi K3's and the shared
 path) on 4 ranks over gloo, the fused kernel a real exchange per launch
 (mega_moe_standin.py), graphs captured under sglang's own ``model_capture_mode()`` in
-0.5.23's order and replayed as their recorded launches beside eager ranks. The previous
-revision of 0002 (one process-wide pass count for every graph, an all-reduce only eager
-ranks ran) hung or diverged in graphs_own, prefill_graph_over_cap and
-adaptive_steps_over_cap: benchmarks/results/cpu-2026-12-05-mega-moe-graphs.
+0.5.23's order and replayed as their recorded launches beside eager ranks; in graphs_own
+sglang's scheduler and decode graph runner decide, rank by rank, which graph replays.
+Stock hangs or asserts where the tests say so; evidence of the earlier 0002 hanging in
+graphs_own, prefill_graph_over_cap and adaptive_steps_over_cap:
+benchmarks/results/cpu-2026-12-05-mega-moe-graphs.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def test_every_rank_makes_the_same_launches(runs, scenario):
                 assert [len(capture["launches"][layer]) for layer in LAYERS] == [1, 1], (graph, capture)
 
 
-@pytest.mark.parametrize("scenario", ["graphs_gathered", "graphs_own", "adaptive_steps"])
+@pytest.mark.parametrize("scenario", ["graphs_gathered", "adaptive_steps"])
 def test_what_stock_serves_runs_as_stock(runs, scenario):
     """Graphs and forwards stock completes: the same launches, rank by rank (one per layer)."""
     for patched, stock in zip(ranks(runs["patched"][scenario]), ranks(runs["stock"][scenario])):
@@ -112,30 +113,38 @@ def test_a_graph_over_the_cap_fails_its_capture_where_stock_does(runs, scenario)
         assert patched["forwards"] == stock["forwards"] == []
 
 
-def _own_counts_refusal(rows):
-    return (
-        f"RuntimeError: MegaMoE: {rows} rows on this rank exceed {CAP_ENV}={CAP}, and with each DP "
-        "rank's own token counts (--enable-dp-lm-head with --moe-dense-tp-size) the EP ranks cannot "
-        f"agree on how to run them; set {CAP_ENV} to the largest per-rank batch (here {rows}), or drop "
-        "those flags so that MLP sync gathers every rank's count"
-    )
-
-
-def test_own_counts_over_the_cap_are_refused_where_stock_asserts(runs):
-    """graphs_own's second forward: rank 3 eager with 12 rows beside replaying ranks."""
+def test_own_count_flags_gather_the_counts_and_serve_over_the_cap(runs):
+    """graphs_own (--enable-dp-lm-head --moe-dense-tp-size 1), decided by sglang's scheduler
+    and decode graph runner. Stock publishes each rank's own count: ranks replay graphs of
+    their own sizes beside an eager rank, and rank 3's 12 rows fail its assert while its
+    peers replay. Patched, MLP sync publishes every rank's count: every rank replays the
+    same graph or all run eager, the forwards stock serves run one launch per layer, and
+    12 rows run in passes on every rank."""
     patched, stock = ranks(runs["patched"]["graphs_own"]), ranks(runs["stock"]["graphs_own"])
-    assert patched[3]["error"] == _own_counts_refusal(12)
+    assert [out["actions"][:2] for out in stock] == [
+        [["replay", "decode-2", 2], ["replay", "decode-4", 4]],
+        [["replay", "decode-1", 1], ["replay", "decode-4", 3]],
+        [["replay", "decode-1", 1], ["replay", "decode-1", 1]],
+        [["replay", "decode-2", 2], ["eager", 6]],
+    ]
     assert stock[3]["error"].startswith("AssertionError: mega MoE: num_tokens=12 exceeds")
+    assert [out["actions"] for out in patched] == [
+        [["replay", "decode-2", bs[0]], ["eager", bs[1]], ["eager", bs[2]]]
+        for bs in zip([2, 1, 1, 2], [4, 3, 1, 6], [4, 2, 1, 12])
+    ]
+    served = [f for out in stock for f in out["forwards"][:2]]
+    assert all(launch_counts(f) == {"k3": 1, "shared": 1} for f in served)
+    for out in patched:
+        assert out["error"] is None
+        assert [launch_counts(f) for f in out["forwards"]] == [{"k3": 1, "shared": 1}] * 2 + [{"k3": 2, "shared": 2}]
 
 
 def test_should_use_mega_moe_is_decided_alike(runs):
     gathered = [out["decisions"] for out in ranks(runs["patched"]["should_use_gathered"])]
     assert gathered == [out["decisions"] for out in ranks(runs["stock"]["should_use_gathered"])]
     assert len(set(gathered)) == 1
-    # Own counts: stock sends the rank over the cap to the fallback while its peers enter
-    # MegaMoE; patched refuses that rank instead.
+    # graphs_own's layout: stock sends the rank over the cap to the fallback while its peers
+    # enter MegaMoE; patched, every rank decides from every rank's count, as when gathered.
     stock = [out["decisions"] for out in ranks(runs["stock"]["should_use_own"])]
-    assert len(set(stock)) == 2
-    patched = ranks(runs["patched"]["should_use_own"])
-    assert patched[1]["error"] == _own_counts_refusal(12) and stock[1] is False
-    assert [out["decisions"] for i, out in enumerate(patched) if i != 1] == [d for i, d in enumerate(stock) if i != 1]
+    assert stock == [True, False, True, True]
+    assert [out["decisions"] for out in ranks(runs["patched"]["should_use_own"])] == gathered

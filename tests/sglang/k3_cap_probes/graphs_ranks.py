@@ -17,16 +17,20 @@ argv: scenarios, then the gloo timeout in seconds. Scenarios (cap 8 rows per ran
   buckets, each rank its own) then decode graphs, largest first; forwards: prefill graphs
   of different buckets beside an idle eager rank, every rank on one decode graph, then all
   eager over the cap.
-- "graphs_own": each rank publishes only its own count (``--enable-dp-lm-head
-  --moe-dense-tp-size 1``); decode graphs beside a rank whose batch outgrew the largest
-  graph (eager), within the cap, then over it.
+- "graphs_own": the layout in which other backends leave each DP rank its own count
+  (``--enable-dp-lm-head --moe-dense-tp-size 1``). Decode graphs; in each forward every rank
+  holds its own batch, and sglang's own code decides the rest: ``require_mlp_tp_gather()``,
+  the scheduler's MLP-sync all-gather (``MLPSyncBatchInfo``, over gloo) and
+  ``_update_gather_batch``, then ``DecodeCudaGraphRunner.can_run_graph``: replay (at the
+  smallest graph that holds the batch the runner sizes) or eager. Within the cap (a rank's
+  batch outgrew the largest graph), then over it.
 - "prefill_graph_over_cap": a prefill bucket of 16 rows captured before decode graphs.
 - "adaptive_steps": adaptive speculative decoding, one decode graph per step, the initial
   step captured first and then the rest ascending (1 request; rows = step + 1); a forward
   with the ranks on different steps.
 - "adaptive_steps_over_cap": as adaptive_steps with 2 requests (step 4: 10 rows).
 - "should_use_own" / "should_use_gathered": each rank's ``should_use_mega_moe`` for rows
-  [2, 12, 0, 5] on its own or gathered counts (no exchange).
+  [2, 12, 0, 5], the counts published as in graphs_own's layout or gathered.
 
 Prints {scenario: {"ranks": {rank: {"captures": {graph: {"launches", "error"}},
 "forwards": [{"k3": launches, "shared": launches}], "decisions", "error"}}, "hung",
@@ -35,10 +39,12 @@ Prints {scenario: {"ranks": {rank: {"captures": {graph: {"launches", "error"}},
 
 import json
 import sys
+from contextlib import contextmanager, nullcontext
 import warnings
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
+from unittest.mock import patch
 
 warnings.filterwarnings("ignore")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -50,8 +56,12 @@ from sglang.srt.environ import envs  # noqa: E402
 from sglang.srt.layers import dp_attention  # noqa: E402
 from sglang.srt.layers.moe import mega_moe  # noqa: E402
 from sglang.srt.layers.moe.utils import MoeA2ABackend  # noqa: E402
+from sglang.srt.managers.scheduler_components.dp_attn import MLPSyncBatchInfo, _update_gather_batch  # noqa: E402
+from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E402
+from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner  # noqa: E402
 from sglang.srt.model_executor.runner_utils.capture_mode import model_capture_mode  # noqa: E402
 from sglang.srt.runtime_context import get_flags, get_parallel  # noqa: E402
+from sglang.srt.utils.common import require_mlp_tp_gather  # noqa: E402
 
 WORLD = 4
 CAP = 8
@@ -80,14 +90,8 @@ SCENARIOS = {
             [("eager", 20), ("eager", 3), ("eager", 0), ("eager", 9)],
         ],
     ),
-    "graphs_own": (
-        False,
-        DECODE,
-        [
-            [("replay", "decode-4", 4), ("replay", "decode-4", 3), ("replay", "decode-1", 1), ("eager", 6)],
-            [("replay", "decode-4", 4), ("replay", "decode-2", 2), ("replay", "decode-1", 1), ("eager", 12)],
-        ],
-    ),
+    # Each rank's own batch; sglang decides replay or eager (decide()).
+    "graphs_own": ("own", DECODE, [[2, 1, 1, 2], [4, 3, 1, 6], [4, 2, 1, 12]]),
     "prefill_graph_over_cap": (
         True,
         [("prefill-16", 16), ("prefill-8", 8)] + DECODE,
@@ -106,10 +110,74 @@ SCENARIOS = {
 }
 
 
-def publish(gathered: bool, counts: list, rank: int) -> None:
-    """The DP counts MLP sync leaves for the forward (set_dp_buffer_len, as sglang does)."""
+def publish(gathered, counts: list, rank: int) -> None:
+    """The DP counts MLP sync leaves for the forward (set_dp_buffer_len, as sglang does);
+    "own": as sglang's scheduler publishes them in graphs_own's layout."""
+    if gathered == "own":
+        gathered = require_mlp_tp_gather()
     published = list(counts) if gathered else [counts[rank]]
     dp_attention.set_dp_buffer_len(sum(published), counts[rank], False, published)
+
+
+@contextmanager
+def own_layout():
+    """--enable-dp-lm-head --moe-dense-tp-size 1, no elastic EP (the only exec config read)."""
+    no_elastic_ep = SimpleNamespace(moe=SimpleNamespace(elastic_ep_backend=None))
+    tp_group = SimpleNamespace(active_ranks_cpu=torch.ones(WORLD, dtype=torch.int64))
+    with patch("sglang.srt.utils.common.get_exec", return_value=no_elastic_ep), get_parallel().override(
+        num_dp_ranks=WORLD, moe_dense_tp_size=1, enable_dp_lm_head=True, tp_group=tp_group
+    ):
+        yield
+
+
+def decide(rank: int, bs: list, graph_sizes: list, cpu_group) -> tuple:
+    """One decode forward in graphs_own's layout, decided by sglang's scheduler and decode
+    graph runner: ("replay", graph, rows) or ("eager", rows). Publishes its counts."""
+    info = MLPSyncBatchInfo(
+        num_dp_ranks=WORLD,
+        tp_size=1,
+        cp_size=1,
+        num_tokens=bs[rank],
+        num_tokens_for_logprob=bs[rank],
+        can_run_decode_cuda_graph=True,
+        can_run_draft_cuda_graph=True,
+        can_run_prefill_cuda_graph=False,
+        is_extend_in_batch=False,
+        local_can_run_tbo=False,
+        local_forward_mode=ForwardMode.DECODE.value,
+    )
+    info.all_gather(device="cpu", group=cpu_group)
+    batch = SimpleNamespace()
+    _update_gather_batch(batch, info, require_mlp_tp_gather())
+    counts = batch.global_num_tokens
+    dp_attention.set_dp_buffer_len(sum(counts), bs[rank], False, counts)
+    runner = object.__new__(DecodeCudaGraphRunner)
+    runner.__dict__.update(
+        ragged_verify_mode=False,
+        captured_req_width=1,
+        require_mlp_tp_gather=require_mlp_tp_gather(),
+        require_mlp_sync=True,
+        enable_pdmux=False,
+        record_nolora_graph=False,
+        disable_padding=False,
+        max_bs=max(graph_sizes),
+        is_encoder_decoder=False,
+        enable_two_batch_overlap=False,
+        model_runner=SimpleNamespace(spec_algorithm=SimpleNamespace(is_ngram=lambda: False)),
+    )
+    forward_batch = SimpleNamespace(
+        replace_embeds=None,
+        spec_info=None,
+        batch_size=bs[rank],
+        original_global_num_tokens_cpu=counts,
+        lora_ids=None,
+        can_run_decode_cuda_graph=batch.can_run_decode_cuda_graph,
+    )
+    if not runner.can_run_graph(forward_batch):
+        return ("eager", bs[rank])
+    graph_bs = max(counts) if runner.require_mlp_tp_gather else bs[rank]
+    size = min(s for s in graph_sizes if s >= graph_bs)
+    return ("replay", f"decode-{size}", bs[rank])
 
 
 def run_layers(layers, standin, rows, seed):
@@ -122,7 +190,7 @@ def run_layers(layers, standin, rows, seed):
     return launches
 
 
-def should_use(rank: int, out: dict, gathered: bool) -> None:
+def should_use(rank: int, out: dict, gathered) -> None:
     moe = SimpleNamespace(experts=None)
     mega_moe.is_mega_moe_experts_ready = lambda experts: True
     publish(gathered, SHOULD_USE_ROWS, rank)
@@ -145,7 +213,8 @@ def run_rank(rank: int, out: dict, scenario: str, timeout: float) -> None:
         attn_tp_group=SimpleNamespace(world_size=1),
     ):
         if scenario.startswith("should_use_"):
-            should_use(rank, out, scenario == "should_use_gathered")
+            with own_layout():
+                should_use(rank, out, True if scenario == "should_use_gathered" else "own")
             return
         gathered, graphs, forwards = SCENARIOS[scenario]
         standin = StandIn(CAP, group=torch.distributed.group.WORLD)
@@ -158,7 +227,8 @@ def run_rank(rank: int, out: dict, scenario: str, timeout: float) -> None:
         recorded = {}
         for graph, rows in graphs:
             # Every rank captures every graph at its own bucket, its counts all the bucket.
-            publish(gathered, [rows] * WORLD, rank)
+            with own_layout() if gathered == "own" else nullcontext():
+                publish(gathered, [rows] * WORLD, rank)
             capture = out["captures"][graph] = {"launches": None, "error": None}
             try:
                 with model_capture_mode():
@@ -168,8 +238,13 @@ def run_rank(rank: int, out: dict, scenario: str, timeout: float) -> None:
         if any(c["error"] for c in out["captures"].values()):
             return  # a server whose capture fails does not serve
         for i, actions in enumerate(forwards):
-            publish(gathered, [action[-1] for action in actions], rank)
-            action = actions[rank]
+            if gathered == "own":
+                with own_layout():
+                    action = decide(rank, actions, [size for _, size in graphs], cpu_group)
+                out.setdefault("actions", []).append(action)
+            else:
+                publish(gathered, [action[-1] for action in actions], rank)
+                action = actions[rank]
             if action[0] == "replay":
                 launches = recorded[action[1]]
                 for name in layers:
