@@ -33,7 +33,7 @@ PATHS = ("shared", "k3")
 # by peers that finished sees their closed connection at once, not the timeout.
 GLOO_TIMEOUT = "120"
 RANK_CAP = 8  # passes_ranks.CAP
-LAYOUTS = {"dp4", "dp4_local", "dp2_sp", "tp4_sp", "tp4_unpadded"}
+LAYOUTS = {"dp4", "dp2_sp", "tp4_sp", "tp4_unpadded"}
 
 
 def close(result) -> bool:
@@ -127,7 +127,7 @@ def test_every_rank_runs_the_same_passes(ranks):
     assert res["hung"] == []
     assert {rank: out["error"] for rank, out in res["ranks"].items()} == {str(r): None for r in range(4)}
     rounds = _rounds(res)
-    assert len(rounds) == len(ranks["plan"]) == 15
+    assert len(rounds) == len(ranks["plan"]) == 12
     assert {layout for layout, *_ in ranks["plan"]} == LAYOUTS
     for i, (layout, _fields, counts, rows) in enumerate(ranks["plan"]):
         for path in PATHS:
@@ -138,14 +138,11 @@ def test_every_rank_runs_the_same_passes(ranks):
                 assert rnd["rows"] == rows[int(rank)] == layer["out_rows"] == sum(layer["launches"])
                 assert max(layer["launches"]) <= RANK_CAP
                 assert close(layer), (layout, path, rank, layer)
-    # No collective but the kernel's: own counts within the cap need none.
+    # No collective but the kernel's.
     assert {out["row_reductions"] for out in res["ranks"].values()} == {0}
-    # The plan holds empty ranks next to ranks over the cap, and unequal DP ranks; on
-    # their own counts, ranks up to the cap and empty ones.
+    # The plan holds empty ranks next to ranks over the cap, and unequal DP ranks.
     dp4 = [rows for layout, _, _, rows in ranks["plan"] if layout == "dp4"]
     assert all(min(rows) == 0 and max(rows) > RANK_CAP for rows in dp4)
-    local = [rows for layout, _, _, rows in ranks["plan"] if layout == "dp4_local"]
-    assert all(min(rows) == 0 and max(rows) == RANK_CAP for rows in local)
 
 
 def test_stock_ranks_over_the_cap_assert(ranks):

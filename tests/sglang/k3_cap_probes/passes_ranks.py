@@ -11,9 +11,6 @@ sync does; each rank then holds the rows that layout gives it:
 
 - "dp4": attention DP 4, attention TP 1, counts gathered: each rank its DP rank's
   batch (some empty, some over the cap);
-- "dp4_local": as dp4, but each rank publishes only its own count (MLP sync without
-  the gather: ``require_mlp_tp_gather()`` False), every rank within the cap (over it,
-  graphs_ranks.py);
 - "dp2_sp": attention DP 2, attention TP 2 (SP-MoE): half its DP rank's padded batch;
 - "tp4_sp": attention TP 4, no DP: a quarter of the batch padded to 4 (the DP counts
   left over from the previous round must not matter);
@@ -49,7 +46,7 @@ from sglang.srt.runtime_context import get_flags, get_parallel  # noqa: E402
 WORLD = 4
 CAP = 8
 ROUNDS = 3
-LAYOUTS = ("dp4", "dp4_local", "dp2_sp", "tp4_sp", "tp4_unpadded")
+LAYOUTS = ("dp4", "dp2_sp", "tp4_sp", "tp4_unpadded")
 
 
 def ceil_align(n: int, a: int) -> int:
@@ -62,11 +59,10 @@ def plan(seed: int = 0):
     rounds = []
     for _ in range(ROUNDS):
         for layout in LAYOUTS:
-            if layout in ("dp4", "dp4_local"):
-                top = 3 * CAP if layout == "dp4" else CAP
-                counts = [rng.choice([0, rng.randint(1, top)]) for _ in range(WORLD)]
+            if layout == "dp4":
+                counts = [rng.choice([0, rng.randint(1, 3 * CAP)]) for _ in range(WORLD)]
                 empty, busy = rng.sample(range(WORLD), 2)
-                counts[empty], counts[busy] = 0, rng.randint(CAP + 1, top) if layout == "dp4" else CAP
+                counts[empty], counts[busy] = 0, rng.randint(CAP + 1, 3 * CAP)
                 fields, rows = dict(attn_dp_size=4, attn_tp_size=1, attn_dp_enabled=True), counts
             elif layout == "dp2_sp":
                 counts = [ceil_align(rng.randint(0, 5 * CAP), 2) for _ in range(2)]
@@ -119,8 +115,7 @@ def run_rank(rank, out, mode, timeout):
     for i, (layout, fields, counts, rows) in enumerate(plan()):
         if counts is not None:
             dp_rank = rank // fields["attn_tp_size"]
-            published = [counts[dp_rank]] if layout == "dp4_local" else list(counts)
-            dp_attention.set_dp_buffer_len(sum(published), counts[dp_rank], False, published)
+            dp_attention.set_dp_buffer_len(sum(counts), counts[dp_rank], False, list(counts))
         a = fields["attn_tp_size"]
         with get_parallel().override(
             tp_size=WORLD,
