@@ -124,8 +124,9 @@ def own_layout():
     """--enable-dp-lm-head --moe-dense-tp-size 1, no elastic EP (the only exec config read)."""
     no_elastic_ep = SimpleNamespace(moe=SimpleNamespace(elastic_ep_backend=None))
     tp_group = SimpleNamespace(active_ranks_cpu=torch.ones(WORLD, dtype=torch.int64))
-    with patch("sglang.srt.utils.common.get_exec", return_value=no_elastic_ep), get_parallel().override(
-        num_dp_ranks=WORLD, moe_dense_tp_size=1, enable_dp_lm_head=True, tp_group=tp_group
+    with (
+        patch("sglang.srt.utils.common.get_exec", return_value=no_elastic_ep),
+        get_parallel().override(num_dp_ranks=WORLD, moe_dense_tp_size=1, enable_dp_lm_head=True, tp_group=tp_group),
     ):
         yield
 
