@@ -39,8 +39,8 @@ Prints {scenario: {"ranks": {rank: {"captures": {graph: {"launches", "error"}},
 
 import json
 import sys
-from contextlib import contextmanager, nullcontext
 import warnings
+from contextlib import contextmanager, nullcontext
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
