@@ -94,7 +94,7 @@ class Why(Enum):
     BAD_JOURNAL = auto()
     BAD_LOCK = auto()
     GIT_LOCK_HELD = auto()
-    GIT_LOCK_OLDER = auto()
+    GIT_LOCK_NOT_RECORDED = auto()
     BAD_COMMITS = auto()
     FOREIGN_COMMITS = auto()
     BRANCH_SINCE = auto()

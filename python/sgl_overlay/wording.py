@@ -706,9 +706,11 @@ ERRORS: dict[Why, Callable[..., str]] = {
         f"{git_lock} may be held by pid {pid} (`{command or '?'}`), which works in {repo}, not by the killed "
         f"{who(run)}: nothing was changed; let that git finish (or end it), then abort again"
     ),
-    Why.GIT_LOCK_OLDER: lambda repo, run, journal, lock, git_lock: (
-        f"{git_lock} is older than the killed {who(run)}, so its git did not make it: nothing was changed; "
-        f"if no git runs in {repo}, remove it (`rm {git_lock}`), then abort again"
+    Why.GIT_LOCK_NOT_RECORDED: lambda repo, run, journal, lock, git_locks: (
+        f"{', '.join(map(str, git_locks))} {'is not a lock' if len(git_locks) == 1 else 'are not locks'} the killed "
+        f"{who(run)} recorded as its git's (another git may have made {'it' if len(git_locks) == 1 else 'them'}): "
+        f"nothing was changed; if no git runs in {repo}, remove {'it' if len(git_locks) == 1 else 'them'} "
+        f"(`rm {' '.join(map(str, git_locks))}`), then abort again"
     ),
     Why.FOREIGN_COMMITS: lambda repo, run, first, journal, lock, head: (
         f"{repo} has commits the killed {who(run)} did not make (first: {first[:60]}); to keep them, "
