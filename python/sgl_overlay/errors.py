@@ -79,6 +79,7 @@ class Why(Enum):
     FILE_ABSENT = auto()
     CONFLICTS = auto()
     HALF_APPLIED = auto()
+    OLDER_APPLIED = auto()
     UNTRACKED_IN_THE_WAY = auto()
     AM_FAILED = auto()
     REVERT_CONFLICTS = auto()

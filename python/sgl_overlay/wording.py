@@ -69,6 +69,8 @@ def status_lines(r: StatusReport) -> list[str]:
         lines.append(f"{t.name} in {r.path}{note}:")
         for row in t.rows:
             extra = row.commit[:12] if row.commit else row.detail
+            if row.state == State.OLDER:
+                extra = f"commit {row.commit[:12]}, {_older_version(row.patch.label, row.detail)}"
             if row.state == State.ELSEWHERE:
                 extra = (
                     f"by {row.detail}, commit {row.commit[:12]}"
@@ -80,7 +82,27 @@ def status_lines(r: StatusReport) -> list[str]:
                 + (f"  ({extra})" if extra else "")
                 + f"  {upstream_of(row.patch)}"
             )
+        older = [row.patch.label for row in t.rows if row.state == State.OLDER]
+        if older:
+            lines.append(f"  note: {_older_applied(r.path, older, t.name if t.optional else None)}")
     return lines + [f"warning: {preimage_differs(w)}" for w in r.warnings]
+
+
+def _older_version(label: str, made_from: str) -> str:
+    """What an OLDER row's commit was made from."""
+    if made_from == label:
+        return "made from an earlier version of this patch, whose content the series has changed since"
+    return f"made from {made_from} of an earlier version of the series"
+
+
+def _older_applied(checkout: Path, patches: list[str], optional: str | None = None) -> str:
+    """Which patches are in as an earlier version of the series, and how to have the series as it is now."""
+    only = f"-t {optional} " if optional else ""
+    return (
+        f"{_some(patches)} {'is' if len(patches) == 1 else 'are'} applied as an earlier version of the series "
+        f"(other content than the patches have now): run `sgl-overlay revert --checkout {checkout}`, then "
+        f"`sgl-overlay apply {only}--checkout {checkout}`"
+    )
 
 
 def upstream_of(patch: Patch) -> str:
@@ -133,6 +155,9 @@ def optional_note(n: OptionalNote) -> str:
             return f"{name}: not applied ({why}); its patch conflicts here: {_port_from(n)}"
         case Standing.HALF_APPLIED:
             return f"{name}: half-applied here ({why}); run `sgl-overlay revert -t {name} --checkout {n.path}`"
+        case Standing.OLDER:
+            older = [r.patch.label for r in n.rows if r.state == State.OLDER]
+            return f"{name}: not applied as the series has it ({why}); {_older_applied(n.path, older, name)}"
     how = "applies with a 3-way merge" if n.three_way else "applies"
     return (
         f"{name}: not applied ({why}); its patch {how} here: add it with "
@@ -656,6 +681,7 @@ ERRORS: dict[Why, Callable[..., str]] = {
         f"half-applied series: {applied} of {total} {target} patches are applied in {checkout} ({first}); "
         "run `sgl-overlay revert` there, then apply again"
     ),
+    Why.OLDER_APPLIED: lambda checkout, patches: f"{_older_applied(checkout, patches)} (tree left unchanged)",
     Why.UNTRACKED_IN_THE_WAY: lambda patch, file, checkout: (
         f"{patch} adds {file}, but an untracked file is there in {checkout}; move it away, "
         "then apply again (tree left unchanged)"

@@ -93,7 +93,8 @@ def test_already_in(applied, upstream, line):
 
 
 def _note(standing: Standing, **kw) -> OptionalNote:
-    return OptionalNote(CO, "sgl-kernel", FORK, standing, [PatchStatus(P1, State.UPSTREAM)], **kw)
+    row = PatchStatus(P1, State.OLDER, P1.label, SHA) if standing == Standing.OLDER else PatchStatus(P1, State.UPSTREAM)
+    return OptionalNote(CO, "sgl-kernel", FORK, standing, [row], **kw)
 
 
 def test_every_standing_has_its_own_line():
@@ -113,6 +114,9 @@ def test_every_standing_has_its_own_line():
         "sgl-kernel --checkout /co`",
         Standing.APPLIES: f"sgl-kernel: not applied ({WHY}); its patch applies here: add it with "
         "`sgl-overlay apply -t sgl-kernel --checkout /co`",
+        Standing.OLDER: f"sgl-kernel: not applied as the series has it ({WHY}); sglang/0001-a.patch is applied as an "
+        "earlier version of the series (other content than the patches have now): run `sgl-overlay revert "
+        "--checkout /co`, then `sgl-overlay apply -t sgl-kernel --checkout /co`",
     }
     assert wording.optional_note(_note(Standing.CONFLICTS)).endswith(
         "its patch conflicts here: it needs a variant for this tree (`sgl-overlay status` names the hunk)"
