@@ -1,6 +1,6 @@
-"""Every sentence the tool prints: the lines of what the commands report (apply / check / status / revert,
-doctor, fetch, export, pins, verify, wheels, apply --abort) and the one line of each failure (`error`, from
-an `errors.Why` and its facts). It reads the reports' and errors' fields only; at run time it imports
+"""Every sentence the tool prints but doctor's report: the lines of what the commands report (apply / check /
+status / revert, fetch, export, pins, verify, wheels, apply --abort) and the one line of each failure (`error`,
+from an `errors.Why` and its facts). It reads the reports' and errors' fields only; at run time it imports
 `errors`, `states` and `transaction` (for their enums) and `series` and `tree` (for names a line quotes),
 so every module above those may call it."""
 
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from sgl_overlay.checkout import Aside
-    from sgl_overlay.doctor import DoctorReport
     from sgl_overlay.operations import (
         AlreadyIn,
         ApplyReport,
@@ -204,37 +203,6 @@ def revert_lines(r: RevertReport) -> list[str]:
         states = "; ".join(f"{name}: {', '.join(s.value for s in states)}" for name, states in r.states.items())
         return [f"nothing to revert: no overlay patch is applied in {r.path} ({states})"]
     return [f"reverted {r.count} overlay commit(s) in {r.path} ({r.how}): {r.before[:12]} -> {r.after[:12]}"]
-
-
-def doctor_lines(r: DoctorReport) -> list[str]:
-    """The environment, what is installed there, then each finding (a missing one with its fix, each fix once)."""
-    lines = [f"environment: {r.python}"] + [
-        f"{d} {v}" if root is None else f"{d} {v} at {root}" for d, v, root in r.installed
-    ]
-    if not r.findings:
-        return lines + ["no sglang, sglang-kt or sgl-kernel installed here; pass --python of the serving env"]
-    if r.kernel_unchecked:
-        lines.append(
-            f"no {' or '.join(r.kernel_unchecked)} installed here: its copy_to_gpu_no_ce lengths are not checked"
-        )
-    shown: set[str] = set()  # one fix often mends several findings: print it once, under the first
-    for f in r.findings:
-        if f.modified is not None:
-            m = f.modified
-            lines.append(
-                f"  [MODIFIED] {f.target}: {f.what}: {m.file} is {_blob(m.have)}, neither the stock file "
-                f"({_blob(m.stock)}) nor the patched one ({_blob(m.patched)}): edited or rebuilt there"
-            )
-        else:
-            lines.append(f"  [{'ok' if f.ok else 'MISSING'}] {f.target}: {f.what}")
-        if not f.ok:
-            lines.append(f"      fix: {f.fix}" if f.fix not in shown else "      fix: the one above")
-            shown.add(f.fix)
-    return lines
-
-
-def _blob(blob: str | None) -> str:
-    return f"blob {blob[:12]}" if blob else "absent"
 
 
 def laid_out(t: LaidOut) -> str:

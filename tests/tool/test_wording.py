@@ -170,39 +170,6 @@ def test_revert_lines():
     ]
 
 
-def test_doctor_lines():
-    from sgl_overlay.doctor import DoctorReport, Finding
-
-    findings = [
-        Finding("sglang", "fix a", False, "pip install x"),
-        Finding("sglang", "fix b", False, "pip install x"),
-        Finding("sglang", "fix c", True, "unused"),
-    ]
-    report = DoctorReport("/env/bin/python", [("sglang", "0.5.23", "/env/site"), ("sgl-kernel", "0.3", None)], findings)
-    assert wording.doctor_lines(report) == [
-        "environment: /env/bin/python",
-        "sglang 0.5.23 at /env/site",
-        "sgl-kernel 0.3",
-        "  [MISSING] sglang: fix a",
-        "      fix: pip install x",
-        "  [MISSING] sglang: fix b",
-        "      fix: the one above",
-        "  [ok] sglang: fix c",
-    ]
-    assert not report.ok
-    alone = DoctorReport("/p", [], [Finding("sglang", "fix c", True, "")], ("sglang-kernel", "sgl-kernel"))
-    assert alone.ok
-    assert wording.doctor_lines(alone)[1] == (
-        "no sglang-kernel or sgl-kernel installed here: its copy_to_gpu_no_ce lengths are not checked"
-    )
-    empty = DoctorReport("/p", [], [], ("sgl-kernel",))
-    assert not empty.ok
-    assert wording.doctor_lines(empty) == [
-        "environment: /p",
-        "no sglang, sglang-kt or sgl-kernel installed here; pass --python of the serving env",
-    ]
-
-
 def test_tree_export_and_pins_lines():
     from sgl_overlay.tree import LaidOut
 
