@@ -224,11 +224,6 @@ def prs_lines(made: list[PullRequest]) -> list[str]:
     ]
 
 
-def pr_forwarded(url: str) -> str:
-    """The line PR.md carries under its title where the pull request is open upstream."""
-    return f"Forwarded upstream as {url}."
-
-
 def pins_lines(manifest: Path, written: list[tuple[str, int]]) -> list[str]:
     lines = [f"pins {name}: {count} pre-image(s) written to {manifest}" for name, count in written]
     return lines or [f"pins: {manifest} already matches the series"]
