@@ -451,6 +451,10 @@ def _alone(checkout: Path, fine: list[str]) -> str:
     return f"; `sgl-overlay apply {only} --checkout {checkout}` applies {', '.join(fine)} alone"
 
 
+def _uncommitted(checkout: Path, count: int, first: str) -> str:
+    return f"{checkout} has uncommitted changes in {count} file(s) (first: {first})"
+
+
 def _corrupt(path: Path, why: object) -> str:
     return f"corrupt patch file {path} ({why}); restore it with `git checkout -- {path}`"
 
@@ -469,6 +473,7 @@ GIT_OPERATIONS = {
     ),
 }
 _MAKE_TREES = "run `make trees` (fetch, apply, verify) first"
+_PROJECTS = "sgl-project/sglang or kvcache-ai/sglang"  # the upstreams a checkout is of
 _SEE_DESIGN = "see docs/DESIGN.md"
 _RESTORE = "restore it with `git checkout -- {}`"
 
@@ -563,8 +568,7 @@ ERRORS: dict[Why, Callable[..., str]] = {
     Why.FAILED: lambda what, reason: f"{what} failed: {reason}",
     Why.NO_PATH: lambda path: f"{path} does not exist; pass the root of a git checkout",
     Why.NOT_GIT: lambda path: (
-        f"not a git directory: {path}; pass the root of a git checkout of "
-        "sgl-project/sglang or kvcache-ai/sglang (or run `sgl-overlay fetch`)"
+        f"not a git directory: {path}; pass the root of a git checkout of {_PROJECTS} (or run `sgl-overlay fetch`)"
     ),
     Why.DUBIOUS_OWNERSHIP: lambda path: (
         f'git refuses {path}: another user owns it (git\'s "dubious ownership" check); run the tool as its owner, '
@@ -583,14 +587,14 @@ ERRORS: dict[Why, Callable[..., str]] = {
     ),
     Why.UNKNOWN_PROJECT: lambda checkout: (
         f"unknown project in {checkout}: neither python/pyproject.toml names sglang or sglang-kt nor "
-        "sgl-kernel/ is there; pass a checkout of sgl-project/sglang or kvcache-ai/sglang"
+        f"sgl-kernel/ is there; pass a checkout of {_PROJECTS}"
     ),
     Why.GIT_BUSY: lambda checkout, operation: (
         f"{checkout} has {GIT_OPERATIONS[operation][0]}; finish it or run {GIT_OPERATIONS[operation][1]} there, "
         "then try again"
     ),
     Why.DIRTY: lambda checkout, count, first: (
-        f"{checkout} has uncommitted changes in {count} file(s) (first: {first}); commit or stash them, then try again"
+        f"{_uncommitted(checkout, count, first)}; commit or stash them, then try again"
     ),
     Why.READ_ONLY: lambda checkout: (
         f"{checkout} is read-only (git cannot write its objects): apply and revert cannot change it; make it "
@@ -602,7 +606,7 @@ ERRORS: dict[Why, Callable[..., str]] = {
     ),
     Why.UNBORN: lambda checkout, branch: (
         f"{checkout} has no commit yet (branch {branch.removeprefix('refs/heads/')} is unborn); pass a checkout of "
-        "sgl-project/sglang or kvcache-ai/sglang, or commit its files first"
+        f"{_PROJECTS}, or commit its files first"
     ),
     Why.SPARSE: lambda checkout: (
         f"{checkout} is a sparse checkout that leaves out the files naming its project (python/pyproject.toml, "
@@ -610,9 +614,8 @@ ERRORS: dict[Why, Callable[..., str]] = {
         "disable`), then try again"
     ),
     Why.DIRTY_BUILD: lambda checkout, count, first: (
-        f"{checkout} has uncommitted changes in {count} file(s) (first: {first}): `wheels --checkout` would build "
-        "them, and the wheel would not be the checked series; commit or stash them, then build again (nothing was "
-        "built)"
+        f"{_uncommitted(checkout, count, first)}: `wheels --checkout` would build them, and the wheel would not "
+        "be the checked series; commit or stash them, then build again (nothing was built)"
     ),
     Why.SKIP_WORKTREE_EDITED: lambda checkout, file: (
         f"{file} in {checkout} is edited but marked --skip-worktree, so git shows no change there and `git am` "
