@@ -41,10 +41,11 @@ class State(StrEnum):
 PENDING = (State.APPLICABLE, State.APPLICABLE_3WAY)
 IN = (State.APPLIED, State.UPSTREAM, State.ELSEWHERE)
 BLOCKED = (State.CONFLICTING, State.ABSENT)  # a patch that cannot go in here
+ON_TOP = (State.APPLIED, State.ELSEWHERE, State.OLDER)  # brought by a commit above the base: never in a fresh tree
 
 
 class Outcome(StrEnum):
-    """A State in the compatibility matrix's words, on a tree fresh at `upstream` (never APPLIED):
+    """A State in the compatibility matrix's words, on a tree fresh at `upstream` (never one of ON_TOP):
     APPLICABLE is split by whether the files it modifies are the pinned blobs. The legend lists
     them in this order."""
 
