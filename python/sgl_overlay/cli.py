@@ -215,7 +215,7 @@ def cmd_doctor(args: argparse.Namespace, ctx: Context) -> int:
     runner sends, a live N=16 copy on a GPU; prints the command that fixes what is missing."""
     dist = (args.dist or doctor.default_dist(ctx.root)).resolve()
     report = doctor.doctor(ctx.manifest, args.python, dist, not args.no_live, args.site)
-    print("\n".join(wording.doctor_lines(report)))
+    print("\n".join(doctor.report_lines(report)))
     return 0 if report.ok else 1
 
 

@@ -1,4 +1,7 @@
-"""`doctor`: is each fix present in a Python environment? Installed files are compared by blob id."""
+"""`doctor`: whether each fix is installed in a Python environment, as its report says it.
+
+Installed files are compared by blob id. The findings' words, the command that fixes each and the report's lines
+are made here, beside the findings they say."""
 
 from __future__ import annotations
 
@@ -218,6 +221,37 @@ class DoctorReport:
     @property
     def ok(self) -> bool:
         return bool(self.findings) and all(f.ok for f in self.findings)
+
+
+def report_lines(r: DoctorReport) -> list[str]:
+    """The environment, what is installed there, then each finding (a missing one with its fix, each fix once)."""
+    lines = [f"environment: {r.python}"] + [
+        f"{d} {v}" if root is None else f"{d} {v} at {root}" for d, v, root in r.installed
+    ]
+    if not r.findings:
+        return lines + ["no sglang, sglang-kt or sgl-kernel installed here; pass --python of the serving env"]
+    if r.kernel_unchecked:
+        lines.append(
+            f"no {' or '.join(r.kernel_unchecked)} installed here: its copy_to_gpu_no_ce lengths are not checked"
+        )
+    shown: set[str] = set()  # one fix often mends several findings: print it once, under the first
+    for f in r.findings:
+        if f.modified is not None:
+            m = f.modified
+            lines.append(
+                f"  [MODIFIED] {f.target}: {f.what}: {m.file} is {_blob(m.have)}, neither the stock file "
+                f"({_blob(m.stock)}) nor the patched one ({_blob(m.patched)}): edited or rebuilt there"
+            )
+        else:
+            lines.append(f"  [{'ok' if f.ok else 'MISSING'}] {f.target}: {f.what}")
+        if not f.ok:
+            lines.append(f"      fix: {f.fix}" if f.fix not in shown else "      fix: the one above")
+            shown.add(f.fix)
+    return lines
+
+
+def _blob(blob: str | None) -> str:
+    return f"blob {blob[:12]}" if blob else "absent"
 
 
 def doctor(

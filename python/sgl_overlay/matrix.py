@@ -23,7 +23,7 @@ from sgl_overlay.errors import OverlayError, UsageError, Why
 from sgl_overlay.manifest import Kind, Manifest, MatrixSpec, PinnedWheel, Target
 from sgl_overlay.scratch import folder
 from sgl_overlay.series import Patch, Series
-from sgl_overlay.states import PENDING, Outcome, PatchStatus, ScratchIndex, State, series_status
+from sgl_overlay.states import ON_TOP, PENDING, Outcome, PatchStatus, ScratchIndex, State, series_status
 from sgl_overlay.subproc import failure_reason
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout this package sits in (its venvs)
@@ -190,8 +190,8 @@ def _differs_from_pin(patch: Patch, vtree: Path, at_version: Target) -> list[str
 
 
 def classify(st: PatchStatus, vtree: Path, at_version: Target) -> Cell:
-    """The cell of one patch in a tree freshly reset to `upstream` (so nothing is APPLIED yet)."""
-    if st.state == State.APPLIED:
+    """The cell of one patch in a tree freshly reset to `upstream` (so no commit of the tool's is there yet)."""
+    if st.state in ON_TOP:
         raise OverlayError(Why.MATRIX_UNEXPECTED_STATE, patch=st.patch.label, state=st.state)
     differ = _differs_from_pin(st.patch, vtree, at_version) if st.state == State.APPLICABLE else []
     outcome = Outcome.of(st.state, at_pin=not differ)

@@ -50,7 +50,9 @@ def preimage_warnings(co: Checkout, sv: Survey) -> list[PreimageDiffers]:
     found = []
     for target in co.required:
         rows = sv.rows[target.name]
-        if any(s.state in (State.APPLIED, State.ELSEWHERE) for s in rows) or all(s.state in IN for s in rows):
+        if any(s.state in (State.APPLIED, State.ELSEWHERE, State.OLDER) for s in rows) or all(
+            s.state in IN for s in rows
+        ):
             continue
         for problem in check_preimages(
             co.path, sv.content.tree, co.series[target.name], co.placement(target.name).path
@@ -88,7 +90,8 @@ class StatusReport:
     @property
     def ok(self) -> bool:
         """Every required patch can go in (or is in)."""
-        return all(t.optional is not None or r.state not in BLOCKED for t in self.targets for r in t.rows)
+        stuck = (*BLOCKED, State.OLDER)
+        return all(t.optional is not None or r.state not in stuck for t in self.targets for r in t.rows)
 
 
 def status(co: Checkout) -> StatusReport:
@@ -136,6 +139,8 @@ def _optional_note(co: Checkout, sv: Survey, target: Target) -> OptionalNote:
         return dataclasses.replace(note, standing=Standing.APPLIED)
     if all(r.state in IN for r in rows):
         return dataclasses.replace(note, standing=Standing.IN)
+    if any(r.state == State.OLDER for r in rows):
+        return dataclasses.replace(note, standing=Standing.OLDER)
     bad = next((r for r in rows if r.state in BLOCKED), None)
     if bad is not None and bad.state == State.ABSENT:
         return dataclasses.replace(note, standing=Standing.ABSENT, bad=bad)
@@ -175,6 +180,9 @@ def plan(co: Checkout, strict: bool) -> tuple[list[tuple[Path, tuple[str, ...]]]
         name, rows = target.name, sv.rows[target.name]
         applied = [r for r in rows if r.state == State.APPLIED]
         pending = [r for r in rows if r.state in PENDING]
+        older = [r for r in rows if r.state == State.OLDER]
+        if older:  # (what else conflicts here may be that older version's doing)
+            raise OverlayError(Why.OLDER_APPLIED, checkout=co.path, patches=[r.patch.label for r in older])
         for r in rows:
             if r.state == State.ABSENT:
                 raise OverlayError(
@@ -355,13 +363,20 @@ def revert(co: Checkout) -> RevertReport:
     with transaction.locked(co.path, "revert"):
         ensure_writable(co)
         st = survey(co).rows
-        applied = [r for rows in st.values() for r in rows if r.state == State.APPLIED]
+        applied = [r for rows in st.values() for r in rows if r.state in (State.APPLIED, State.OLDER)]
         commits = list(dict.fromkeys(r.commit for r in applied))
         if not commits:
             return RevertReport(co.path, states={name: [r.state for r in rows] for name, rows in st.items()})
         top = gitutil.out(co.path, "rev-list", f"-n{len(commits)}", "HEAD").splitlines()
-        subjects = [f'Revert "{r.patch.subject}"' for r in applied]
+        # An older version's commit may carry another subject and touch other files than the series now.
+        subjects = [
+            f'Revert "{s}"' for s in gitutil.out(co.path, "log", "--no-walk", "--format=%s", *commits).splitlines()
+        ]
         paths, blobs = _writes(co, list(st))
+        for c in commits:
+            paths += filter(
+                None, gitutil.out(co.path, "diff-tree", "--no-commit-id", "--name-only", "-r", "-z", c).split("\0")
+            )
         with transaction.Change(co.path, "revert", list(st), subjects, paths, blobs) as change:
             if set(top) == set(commits):
                 gitutil.git(co.path, "reset", "-q", "--hard", f"HEAD~{len(commits)}")

@@ -10,7 +10,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from sgl_overlay import gitutil, scratch, wording
+from sgl_overlay import gitutil, scratch
 from sgl_overlay.checkout import MOVES, Placement, repo_name
 from sgl_overlay.errors import OverlayError, Why
 from sgl_overlay.manifest import Target
@@ -153,12 +153,18 @@ def format_patch(tree: Path, commit: str, folder: Path, moved: Placement | None 
     gitutil.git(tree, *args, "-1", commit)
 
 
+def _forwarded(url: str) -> str:
+    """The line PR.md carries under its title where the pull request is open upstream (PR.md's text, not a
+    line the tool prints)."""
+    return f"Forwarded upstream as {url}."
+
+
 def pr_text(description: str, forwarded: str) -> str:
     """PR.md: the description, with the open upstream pull request named under its title."""
     if not forwarded:
         return description
     title, _, rest = description.partition("\n")
-    return f"{title}\n\n{wording.pr_forwarded(forwarded)}\n{rest}"
+    return f"{title}\n\n{_forwarded(forwarded)}\n{rest}"
 
 
 def export_prs(targets: list[Target], trees: Path, out: Path) -> list[PullRequest]:

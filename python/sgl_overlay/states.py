@@ -33,6 +33,7 @@ class State(StrEnum):
     APPLICABLE_3WAY = "applicable (3-way)"  # applies only through a 3-way merge
     UPSTREAM = "already upstream"  # the files hold its change, not from a commit made from it
     ELSEWHERE = "in (other commit)"  # the files hold its change from a commit of its subject sgl-overlay did not make
+    OLDER = "applied (older)"  # a commit sgl-overlay made from an earlier version of it (another file or content)
     CONFLICTING = "conflicting"
     ABSENT = "target file absent"
 
@@ -40,10 +41,11 @@ class State(StrEnum):
 PENDING = (State.APPLICABLE, State.APPLICABLE_3WAY)
 IN = (State.APPLIED, State.UPSTREAM, State.ELSEWHERE)
 BLOCKED = (State.CONFLICTING, State.ABSENT)  # a patch that cannot go in here
+ON_TOP = (State.APPLIED, State.ELSEWHERE, State.OLDER)  # brought by a commit above the base: never in a fresh tree
 
 
 class Outcome(StrEnum):
-    """A State in the compatibility matrix's words, on a tree fresh at `upstream` (never APPLIED):
+    """A State in the compatibility matrix's words, on a tree fresh at `upstream` (never one of ON_TOP):
     APPLICABLE is split by whether the files it modifies are the pinned blobs. The legend lists
     them in this order."""
 
@@ -87,6 +89,7 @@ class Standing(Enum):
     ABSENT = "absent"  # a patch needs a file that is not here
     CONFLICTS = "conflicts"
     HALF_APPLIED = "half-applied"
+    OLDER = "older"  # an earlier version of its patches is applied
     APPLIES = "applies"  # its patches would go in with `apply -t`
 
 
@@ -281,9 +284,55 @@ def _in(repo: Path, patch: Patch, placement: Placement, partial: str, how: str =
     sha, label = ("", "") if partial else find_commit(repo, patch, placement, made)
     if sha and label == patch.label:
         return PatchStatus(patch, State.APPLIED, commit=sha)
+    if sha and _same_target(label, patch):  # made from this target's series, from a file it no longer has
+        return PatchStatus(patch, State.OLDER, detail=label, commit=sha)
     if sha:
         return PatchStatus(patch, State.ELSEWHERE, detail=label, commit=sha)
     return PatchStatus(patch, State.UPSTREAM, detail=partial or how)
+
+
+def _same_target(label: str, patch: Patch) -> bool:
+    """`label` names a patch file of `patch`'s own target (not another target's port of it)."""
+    return label.partition("/")[0] == patch.path.parent.name
+
+
+def _diff_of(repo: Path, commit: str, dest: Path) -> Path:
+    """The change `commit` made, as a patch file in `dest`."""
+    path = dest / f"{commit}.diff"
+    path.write_text(gitutil.out(repo, "diff-tree", "-p", "--full-index", "--binary", "--no-commit-id", commit) + "\n")
+    return path
+
+
+def _older(repo: Path, tree: str, rows: list[PatchStatus], placement: Placement, made: Made) -> list[PatchStatus]:
+    """Each row of a patch that is not in whose earlier version is: a commit sgl-overlay made from a patch of its
+    subject or file name whose change the files (`tree`) still hold, becomes OLDER. The tool's commits are tried
+    newest first, each reversed on the files as the commits above it left them."""
+    out = {r.patch.label: r for r in rows if r.state in (*PENDING, *BLOCKED)}
+    if not out or made == {}:
+        return rows
+    subjects = {r.patch.subject: r.patch.label for r in rows}
+    paths = dict.fromkeys(p for r in rows for t in r.patch.touched() for p in (placement.path(t), t))
+    log = gitutil.out(repo, "log", f"-n{HISTORY_DEPTH}", "--format=%H%x09%s", "HEAD", "--", *paths)
+    found: dict[str, tuple[str, str]] = {}  # patch label -> (commit, the label it was made from)
+    with ScratchIndex(repo, tree) as scratch, folder("older") as tmp:
+        for line in log.splitlines():
+            sha, _, subject = line.partition("\t")
+            label = subjects.get(subject, "") if made is None else made.get(sha, "")
+            if not label:
+                continue  # not the tool's commit: the files are judged as they are
+            diff = _diff_of(repo, sha, Path(tmp))
+            if scratch.apply(diff, "--check", "-R").returncode != 0:
+                continue  # its change is not in the files (reverted, or changed since)
+            scratch.apply(diff, "-R")
+            mine = label if label in out else subjects.get(subject, "")
+            if mine in out and mine not in found and _same_target(label, out[mine].patch):
+                found[mine] = (sha, label)
+    return [
+        PatchStatus(r.patch, State.OLDER, detail=found[r.patch.label][1], commit=found[r.patch.label][0])
+        if r.patch.label in found
+        else r
+        for r in rows
+    ]
 
 
 def _in_at_top(scratch: ScratchIndex, series: Series, placement: Placement, reverse: list[Path]) -> int:
@@ -308,7 +357,7 @@ def series_status(
 ) -> list[PatchStatus]:
     """The patches the files hold at the top of the series are in; the rest are classified in
     order, each pending one applied to a scratch index as it goes (a later patch sees the earlier
-    ones in)."""
+    ones in); one not in whose earlier version the tool applied is OLDER."""
     tree = (content or content_of(repo)).tree
     with (
         ScratchIndex(repo, tree, tuple(placement.apply_flags())) as scratch,
@@ -321,7 +370,8 @@ def series_status(
             _classify(repo, scratch, patch, placement, rev, made)
             for patch, rev in zip(series.patches[:below], reverse[:below])
         ]
-        return statuses + [
+        statuses += [
             _in(repo, patch, placement, "", "the files hold its post-image (reverse-applies cleanly)", made)
             for patch in series.patches[below:]
         ]
+    return _older(repo, tree, statuses, placement, made)

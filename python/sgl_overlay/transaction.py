@@ -9,12 +9,15 @@ keeps `rebase-apply/`: a lock, then a journal, then git.
   files and blobs it may write, the commits it made). A failure or Ctrl-C rolls back to HEAD before and
   removes the journal; a killed run leaves it, every later command names it, and `abort` rolls it back,
   only when the checkout holds nothing but what the run did (as `git am --abort` keeps the user's work).
+- `GitLocks`: the git lock files the run's own git made, seen while it ran and recorded in the journal; `abort`
+  removes those (when still the same files) and no other.
 - git runs in the tool's process group and dies with the tool (see subproc).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -210,13 +213,17 @@ class Change:
             "blobs": sorted(set(blobs)),
             "made": [],  # the commits it made, as each step ends
             "done": [],
+            "locks": [],  # git's lock files its git made (GitLocks)
         }
+        self.watch = contextlib.ExitStack()
 
     def __enter__(self) -> Change:
+        locks = GitLocks(self.repo, self.journal, self.data)  # what is there before the run is not its
         try:
             records.write(self.journal, self.data)
         except OSError as exc:
             raise OverlayError(Why.CANNOT_JOURNAL, journal=self.journal, repo=self.repo, reason=exc.strerror) from None
+        self.watch.enter_context(subproc.watching(locks))
         return self
 
     def done(self, what: str) -> None:
@@ -229,10 +236,12 @@ class Change:
 
     def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
         if typ is None and subproc.caught() is None:
+            self.watch.close()  # (a watch after this would write the journal again)
             self.journal.unlink(missing_ok=True)  # the change is complete: a later signal only ends the run
             subproc.hold()
             return False
-        rollback(self.repo, self.head)  # a failure of the rollback keeps the journal for `abort`
+        with self.watch:
+            rollback(self.repo, self.head)  # a failure of the rollback keeps the journal for `abort`
         self.journal.unlink(missing_ok=True)
         if subproc.caught() is not None or typ is None or issubclass(typ, KeyboardInterrupt):
             raise self.interrupted() from None  # git may have failed of the same Ctrl-C: the signal is the cause
@@ -345,29 +354,95 @@ WORKTREE_LOCKS = (
 SHARED_LOCKS = ("packed-refs.lock", "MERGE_RR.lock")
 
 
-def _git_locks(repo: Path, gd: Path, info: dict, journal: Path, lock: Path) -> list[Path]:
-    """git's lock files that the killed run's git left: of the names its commands take (never another worktree's,
-    another ref's or a worktree's `locked`), made since it started, with no live process that may hold them.
-    Refuses, in one line and before anything is changed, a lock a live git may hold or one older than the run:
-    neither is the run's, and none is removed."""
-    common = gitutil.common_dir(repo)
+def git_lock_names(repo: Path, branch: str | None) -> list[Path]:
+    """Where the run's git takes its locks: the names its commands take (never another worktree's, another ref's
+    or a worktree's `locked`)."""
+    gd, common = gitutil.git_dir(repo), gitutil.common_dir(repo)
     names = [gd / n for n in WORKTREE_LOCKS] + [common / n for n in SHARED_LOCKS]
-    if info["branch"]:
-        names.append(common / f"{info['branch']}.lock")
-    present = [p for p in dict.fromkeys(names) if p.exists()]
+    if branch:
+        names.append(common / f"{branch}.lock")
+    return list(dict.fromkeys(names))
+
+
+def _identity(path: Path) -> dict | None:
+    """What tells this file from any other at `path`: device, inode, size, mtime and content (None: absent)."""
+    try:
+        st = os.lstat(path)
+        data = path.read_bytes()
+    except OSError:
+        return None
+    digest = hashlib.sha256(data).hexdigest()
+    return {
+        "path": str(path),
+        "dev": st.st_dev,
+        "ino": st.st_ino,
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "sha256": digest,
+    }
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    """The device and inode of the file at `path` (None: absent)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+class GitLocks:
+    """Watches git's lock files while the run's programs run (`subproc.watching`) and records in the journal
+    those its own git made: absent when the run began, present while its git ran and no other git worked in the
+    checkout. git removes a lock as it finishes; one left is a killed git's, and `abort` removes it only while it
+    is still the file recorded. The record follows each lock as git writes it and drops it once git is done."""
+
+    def __init__(self, repo: Path, journal: Path, data: dict):
+        self.repo, self.journal, self.data = repo, journal, data
+        self.names = git_lock_names(repo, data.get("branch"))
+        self.dirs = [gitutil.git_dir(repo), gitutil.common_dir(repo)]
+        self.before = {str(p): _file_id(p) for p in self.names}  # there before the run: never its
+
+    def _another_git(self) -> bool:
+        """A git that is not the run's works in the checkout: a lock that appears now may be its."""
+        ours = set(subproc.processes_of(subproc.this_run()))
+        return any(pid not in ours for pid in subproc.processes_in(self.dirs, self.repo))
+
+    def __call__(self) -> None:
+        recorded = {e["path"]: e for e in self.data["locks"]}
+        now = []
+        for path in self.names:
+            seen = _identity(path)
+            if seen is None:
+                continue
+            was = recorded.get(str(path))
+            if was is not None and (was["dev"], was["ino"]) == (seen["dev"], seen["ino"]):
+                now.append(seen)  # the run's lock, as its git has written it so far
+            elif self.before[str(path)] != (seen["dev"], seen["ino"]) and not self._another_git():
+                now.append(seen)
+        if now != self.data["locks"]:
+            self.data["locks"] = now
+            with contextlib.suppress(OSError):  # unrecorded, a lock is only named by `abort`, never removed
+                records.write(self.journal, self.data)
+
+
+def _git_locks(repo: Path, info: dict, journal: Path, lock: Path) -> list[Path]:
+    """git's lock files that the killed run's git left: those its journal records, still the same files, with no
+    live process that may hold them. Refuses, in one line and before anything is changed, a lock a live git may
+    hold or one the journal does not record: neither is known to be the run's, and none is removed."""
+    present = [p for p in git_lock_names(repo, info["branch"]) if p.exists()]
     if not present:
         return []
     facts = {"repo": repo, "run": info, "journal": journal, "lock": lock}
-    holders = subproc.processes_in([gd, common], repo)
+    holders = subproc.processes_in([gitutil.git_dir(repo), gitutil.common_dir(repo)], repo)
     if holders:
         raise OverlayError(
             Why.GIT_LOCK_HELD, git_lock=present[0], pid=holders[0], command=subproc.cmdline(holders[0]), **facts
         )
-    since = float(info.get("started") or 0) - 1
-    for path in present:
-        with contextlib.suppress(OSError):
-            if path.stat().st_mtime < since:
-                raise OverlayError(Why.GIT_LOCK_OLDER, git_lock=path, **facts)
+    recorded = {e["path"]: e for e in info.get("locks", [])}
+    theirs = [p for p in present if recorded.get(str(p)) != _identity(p)]
+    if theirs:
+        raise OverlayError(Why.GIT_LOCK_NOT_RECORDED, git_locks=theirs, **facts)
     return present
 
 
@@ -417,12 +492,14 @@ def abort(repo: Path) -> Aborted:
         lock.unlink(missing_ok=True)
         return Aborted(repo, held, lock)
     ended = _end_processes(info["run"])
-    locks = _git_locks(repo, gd, info, journal, lock)
+    locks = _git_locks(repo, info, journal, lock)
     _refuse_changes_since(repo, info, journal, lock)
     with subproc.held():
         for path in locks:  # the killed git's, and no process lives that may hold them
             path.unlink(missing_ok=True)
-        _restore(repo, gd, info["head"], _run_paths(repo, info))
+        info["locks"] = []
+        with subproc.watching(GitLocks(repo, journal, info)):  # a killed abort leaves them recorded too
+            _restore(repo, gd, info["head"], _run_paths(repo, info))
         journal.unlink(missing_ok=True)
         lock.unlink(missing_ok=True)
     subproc.hold()

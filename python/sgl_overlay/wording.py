@@ -1,6 +1,6 @@
-"""Every sentence the tool prints: the lines of what the commands report (apply / check / status / revert,
-doctor, fetch, export, pins, verify, wheels, apply --abort) and the one line of each failure (`error`, from
-an `errors.Why` and its facts). It reads the reports' and errors' fields only; at run time it imports
+"""Every sentence the tool prints but doctor's report: the lines of what the commands report (apply / check /
+status / revert, fetch, export, pins, verify, wheels, apply --abort) and the one line of each failure (`error`,
+from an `errors.Why` and its facts). It reads the reports' and errors' fields only; at run time it imports
 `errors`, `states` and `transaction` (for their enums) and `series` and `tree` (for names a line quotes),
 so every module above those may call it."""
 
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from sgl_overlay.checkout import Aside
-    from sgl_overlay.doctor import DoctorReport
     from sgl_overlay.operations import (
         AlreadyIn,
         ApplyReport,
@@ -69,6 +68,8 @@ def status_lines(r: StatusReport) -> list[str]:
         lines.append(f"{t.name} in {r.path}{note}:")
         for row in t.rows:
             extra = row.commit[:12] if row.commit else row.detail
+            if row.state == State.OLDER:
+                extra = f"commit {row.commit[:12]}, {_older_version(row.patch.label, row.detail)}"
             if row.state == State.ELSEWHERE:
                 extra = (
                     f"by {row.detail}, commit {row.commit[:12]}"
@@ -80,7 +81,27 @@ def status_lines(r: StatusReport) -> list[str]:
                 + (f"  ({extra})" if extra else "")
                 + f"  {upstream_of(row.patch)}"
             )
+        older = [row.patch.label for row in t.rows if row.state == State.OLDER]
+        if older:
+            lines.append(f"  note: {_older_applied(r.path, older, t.name if t.optional else None)}")
     return lines + [f"warning: {preimage_differs(w)}" for w in r.warnings]
+
+
+def _older_version(label: str, made_from: str) -> str:
+    """What an OLDER row's commit was made from."""
+    if made_from == label:
+        return "made from an earlier version of this patch, whose content the series has changed since"
+    return f"made from {made_from} of an earlier version of the series"
+
+
+def _older_applied(checkout: Path, patches: list[str], optional: str | None = None) -> str:
+    """Which patches are in as an earlier version of the series, and how to have the series as it is now."""
+    only = f"-t {optional} " if optional else ""
+    return (
+        f"{_some(patches)} {'is' if len(patches) == 1 else 'are'} applied as an earlier version of the series "
+        f"(other content than the patches have now): run `sgl-overlay revert --checkout {checkout}`, then "
+        f"`sgl-overlay apply {only}--checkout {checkout}`"
+    )
 
 
 def upstream_of(patch: Patch) -> str:
@@ -133,6 +154,9 @@ def optional_note(n: OptionalNote) -> str:
             return f"{name}: not applied ({why}); its patch conflicts here: {_port_from(n)}"
         case Standing.HALF_APPLIED:
             return f"{name}: half-applied here ({why}); run `sgl-overlay revert -t {name} --checkout {n.path}`"
+        case Standing.OLDER:
+            older = [r.patch.label for r in n.rows if r.state == State.OLDER]
+            return f"{name}: not applied as the series has it ({why}); {_older_applied(n.path, older, name)}"
     how = "applies with a 3-way merge" if n.three_way else "applies"
     return (
         f"{name}: not applied ({why}); its patch {how} here: add it with "
@@ -181,37 +205,6 @@ def revert_lines(r: RevertReport) -> list[str]:
     return [f"reverted {r.count} overlay commit(s) in {r.path} ({r.how}): {r.before[:12]} -> {r.after[:12]}"]
 
 
-def doctor_lines(r: DoctorReport) -> list[str]:
-    """The environment, what is installed there, then each finding (a missing one with its fix, each fix once)."""
-    lines = [f"environment: {r.python}"] + [
-        f"{d} {v}" if root is None else f"{d} {v} at {root}" for d, v, root in r.installed
-    ]
-    if not r.findings:
-        return lines + ["no sglang, sglang-kt or sgl-kernel installed here; pass --python of the serving env"]
-    if r.kernel_unchecked:
-        lines.append(
-            f"no {' or '.join(r.kernel_unchecked)} installed here: its copy_to_gpu_no_ce lengths are not checked"
-        )
-    shown: set[str] = set()  # one fix often mends several findings: print it once, under the first
-    for f in r.findings:
-        if f.modified is not None:
-            m = f.modified
-            lines.append(
-                f"  [MODIFIED] {f.target}: {f.what}: {m.file} is {_blob(m.have)}, neither the stock file "
-                f"({_blob(m.stock)}) nor the patched one ({_blob(m.patched)}): edited or rebuilt there"
-            )
-        else:
-            lines.append(f"  [{'ok' if f.ok else 'MISSING'}] {f.target}: {f.what}")
-        if not f.ok:
-            lines.append(f"      fix: {f.fix}" if f.fix not in shown else "      fix: the one above")
-            shown.add(f.fix)
-    return lines
-
-
-def _blob(blob: str | None) -> str:
-    return f"blob {blob[:12]}" if blob else "absent"
-
-
 def laid_out(t: LaidOut) -> str:
     if t.files is None:
         return f"tree {t.target}: {t.dest} ready (upstream {t.version})"
@@ -229,11 +222,6 @@ def prs_lines(made: list[PullRequest]) -> list[str]:
         + (f"; open upstream as {pr.forwarded}" if pr.forwarded else "")
         for pr in made
     ]
-
-
-def pr_forwarded(url: str) -> str:
-    """The line PR.md carries under its title where the pull request is open upstream."""
-    return f"Forwarded upstream as {url}."
 
 
 def pins_lines(manifest: Path, written: list[tuple[str, int]]) -> list[str]:
@@ -463,6 +451,10 @@ def _alone(checkout: Path, fine: list[str]) -> str:
     return f"; `sgl-overlay apply {only} --checkout {checkout}` applies {', '.join(fine)} alone"
 
 
+def _uncommitted(checkout: Path, count: int, first: str) -> str:
+    return f"{checkout} has uncommitted changes in {count} file(s) (first: {first})"
+
+
 def _corrupt(path: Path, why: object) -> str:
     return f"corrupt patch file {path} ({why}); restore it with `git checkout -- {path}`"
 
@@ -481,6 +473,7 @@ GIT_OPERATIONS = {
     ),
 }
 _MAKE_TREES = "run `make trees` (fetch, apply, verify) first"
+_PROJECTS = "sgl-project/sglang or kvcache-ai/sglang"  # the upstreams a checkout is of
 _SEE_DESIGN = "see docs/DESIGN.md"
 _RESTORE = "restore it with `git checkout -- {}`"
 
@@ -575,8 +568,7 @@ ERRORS: dict[Why, Callable[..., str]] = {
     Why.FAILED: lambda what, reason: f"{what} failed: {reason}",
     Why.NO_PATH: lambda path: f"{path} does not exist; pass the root of a git checkout",
     Why.NOT_GIT: lambda path: (
-        f"not a git directory: {path}; pass the root of a git checkout of "
-        "sgl-project/sglang or kvcache-ai/sglang (or run `sgl-overlay fetch`)"
+        f"not a git directory: {path}; pass the root of a git checkout of {_PROJECTS} (or run `sgl-overlay fetch`)"
     ),
     Why.DUBIOUS_OWNERSHIP: lambda path: (
         f'git refuses {path}: another user owns it (git\'s "dubious ownership" check); run the tool as its owner, '
@@ -595,14 +587,14 @@ ERRORS: dict[Why, Callable[..., str]] = {
     ),
     Why.UNKNOWN_PROJECT: lambda checkout: (
         f"unknown project in {checkout}: neither python/pyproject.toml names sglang or sglang-kt nor "
-        "sgl-kernel/ is there; pass a checkout of sgl-project/sglang or kvcache-ai/sglang"
+        f"sgl-kernel/ is there; pass a checkout of {_PROJECTS}"
     ),
     Why.GIT_BUSY: lambda checkout, operation: (
         f"{checkout} has {GIT_OPERATIONS[operation][0]}; finish it or run {GIT_OPERATIONS[operation][1]} there, "
         "then try again"
     ),
     Why.DIRTY: lambda checkout, count, first: (
-        f"{checkout} has uncommitted changes in {count} file(s) (first: {first}); commit or stash them, then try again"
+        f"{_uncommitted(checkout, count, first)}; commit or stash them, then try again"
     ),
     Why.READ_ONLY: lambda checkout: (
         f"{checkout} is read-only (git cannot write its objects): apply and revert cannot change it; make it "
@@ -614,7 +606,7 @@ ERRORS: dict[Why, Callable[..., str]] = {
     ),
     Why.UNBORN: lambda checkout, branch: (
         f"{checkout} has no commit yet (branch {branch.removeprefix('refs/heads/')} is unborn); pass a checkout of "
-        "sgl-project/sglang or kvcache-ai/sglang, or commit its files first"
+        f"{_PROJECTS}, or commit its files first"
     ),
     Why.SPARSE: lambda checkout: (
         f"{checkout} is a sparse checkout that leaves out the files naming its project (python/pyproject.toml, "
@@ -622,9 +614,8 @@ ERRORS: dict[Why, Callable[..., str]] = {
         "disable`), then try again"
     ),
     Why.DIRTY_BUILD: lambda checkout, count, first: (
-        f"{checkout} has uncommitted changes in {count} file(s) (first: {first}): `wheels --checkout` would build "
-        "them, and the wheel would not be the checked series; commit or stash them, then build again (nothing was "
-        "built)"
+        f"{_uncommitted(checkout, count, first)}: `wheels --checkout` would build them, and the wheel would not "
+        "be the checked series; commit or stash them, then build again (nothing was built)"
     ),
     Why.SKIP_WORKTREE_EDITED: lambda checkout, file: (
         f"{file} in {checkout} is edited but marked --skip-worktree, so git shows no change there and `git am` "
@@ -656,6 +647,7 @@ ERRORS: dict[Why, Callable[..., str]] = {
         f"half-applied series: {applied} of {total} {target} patches are applied in {checkout} ({first}); "
         "run `sgl-overlay revert` there, then apply again"
     ),
+    Why.OLDER_APPLIED: lambda checkout, patches: f"{_older_applied(checkout, patches)} (tree left unchanged)",
     Why.UNTRACKED_IN_THE_WAY: lambda patch, file, checkout: (
         f"{patch} adds {file}, but an untracked file is there in {checkout}; move it away, "
         "then apply again (tree left unchanged)"
@@ -706,9 +698,11 @@ ERRORS: dict[Why, Callable[..., str]] = {
         f"{git_lock} may be held by pid {pid} (`{command or '?'}`), which works in {repo}, not by the killed "
         f"{who(run)}: nothing was changed; let that git finish (or end it), then abort again"
     ),
-    Why.GIT_LOCK_OLDER: lambda repo, run, journal, lock, git_lock: (
-        f"{git_lock} is older than the killed {who(run)}, so its git did not make it: nothing was changed; "
-        f"if no git runs in {repo}, remove it (`rm {git_lock}`), then abort again"
+    Why.GIT_LOCK_NOT_RECORDED: lambda repo, run, journal, lock, git_locks: (
+        f"{', '.join(map(str, git_locks))} {'is not a lock' if len(git_locks) == 1 else 'are not locks'} the killed "
+        f"{who(run)} recorded as its git's (another git may have made {'it' if len(git_locks) == 1 else 'them'}): "
+        f"nothing was changed; if no git runs in {repo}, remove {'it' if len(git_locks) == 1 else 'them'} "
+        f"(`rm {' '.join(map(str, git_locks))}`), then abort again"
     ),
     Why.FOREIGN_COMMITS: lambda repo, run, first, journal, lock, head: (
         f"{repo} has commits the killed {who(run)} did not make (first: {first[:60]}); to keep them, "

@@ -26,6 +26,7 @@ from synth import (
     make_fork_checkout,
     make_fork_overlay,
     make_overlay,
+    one_error,
     snapshot,
     write,
 )
@@ -298,3 +299,70 @@ def test_squash_merge_upstream_is_already_upstream_for_apply_too(tmp_path: Path)
         f"nothing to revert: no overlay patch is applied in {co} (sglang: already upstream, already upstream)\n"
     )
     assert snapshot(co) == before
+
+
+def _new_series(ov, tmp: Path, how: str) -> list[str]:
+    """The maintainer's next version of the series, written over the old one: `content`, the first patch fixes
+    line 10 otherwise (same file name); `renumbered`, a new first patch, the two old ones after it unchanged
+    (0001, 0002 become 0002, 0003). Returns the new series' file names."""
+    work = tmp / "work"
+    first, second = git(work, "rev-list", "--reverse", "HEAD~2..HEAD").split()
+    git(work, "reset", "-q", "--hard", "HEAD~2")
+    if how == "content":
+        write(work, "python/sglang/model.py", edit_line(MODEL_PY, "line 10\n", "line 10 fixed otherwise\n"))
+        write(work, "test/test_model.py", "def test_fixed():\n    assert True\n")
+        git(work, "add", "-A")
+        git(work, "commit", "-qm", git(work, "log", "-1", "--format=%B", first))
+        git(work, "cherry-pick", second)
+    else:
+        write(work, "python/sglang/hook.py", edit_line(HOOK_PY, "hook 15\n", "hook 15 fixed\n"))
+        git(work, "commit", "-qam", "hook: fix line 15")
+        git(work, "cherry-pick", first, second)
+    for old in ov.series:
+        old.unlink()
+    count = 2 if how == "content" else 3
+    git(work, "format-patch", "-q", "--full-index", "-o", str(ov.patches / "sglang"), f"HEAD~{count}..HEAD")
+    names = sorted(p.name for p in (ov.patches / "sglang").glob("*.patch"))
+    manifest = ov.patches / "manifest.toml"
+    listed = ", ".join(f'"{p.name}"' for p in ov.series)
+    manifest.write_text(manifest.read_text().replace(listed, ", ".join(f'"{n}"' for n in names)))
+    return names
+
+
+@pytest.mark.parametrize("how", ["content", "renumbered"])
+def test_an_earlier_version_of_the_series_is_named_with_revert_then_apply(tmp_path: Path, how: str) -> None:
+    """The checkout has the series applied as it was; the series has changed since. status names each patch
+    applied as an earlier version (not "conflicting" or "in (other commit)") and says to revert, then apply;
+    apply refuses in that one line, changing nothing; those two steps then give the series as it is now."""
+    ov = make_overlay(tmp_path)
+    co = clone(ov.upstream, tmp_path / "co")
+    base = ["--patches", str(ov.patches)]
+    _run(*base, "apply", "--checkout", str(co))
+    old = git(co, "rev-list", "--reverse", "HEAD~2..HEAD").split()
+    names = _new_series(ov, tmp_path, how)
+    status = cli(*base, "status", "--checkout", str(co))
+    assert status.returncode == 1, status
+    rows = STATE.findall(status.stdout)
+    steps = f"run `sgl-overlay revert --checkout {co}`, then `sgl-overlay apply --checkout {co}`"
+    if how == "content":
+        assert rows == [("applied (older)", f"sglang/{names[0]}"), ("applied", f"sglang/{names[1]}")], status.stdout
+        assert f"(commit {old[0][:12]}, made from an earlier version of this patch, whose content" in status.stdout
+        older = f"sglang/{names[0]} is applied"
+    else:
+        assert rows == [
+            ("applicable", f"sglang/{names[0]}"),
+            ("applied (older)", f"sglang/{names[1]}"),
+            ("applied (older)", f"sglang/{names[2]}"),
+        ], status.stdout
+        was = sorted(p.name for p in ov.series)
+        assert f"(commit {old[0][:12]}, made from sglang/{was[0]} of an earlier version of the series)" in status.stdout
+        older = f"sglang/{names[1]}, sglang/{names[2]} are applied"
+    note = f"  note: {older} as an earlier version of the series (other content than the patches have now): {steps}"
+    assert note in status.stdout.splitlines(), status.stdout
+    before = snapshot(co)
+    line = one_error(cli(*base, "apply", "--checkout", str(co)))
+    assert line == f"{note.removeprefix('  note: ')} (tree left unchanged)", line
+    assert snapshot(co) == before
+    assert "reverted 2 overlay commit(s)" in _run(*base, "revert", "--checkout", str(co))
+    assert f"applied {len(names)} patch(es)" in _run(*base, "apply", "--checkout", str(co))
+    assert _states(_run(*base, "status", "--checkout", str(co))) == ["applied"] * len(names)

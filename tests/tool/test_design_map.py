@@ -23,14 +23,14 @@ def _type_checking(node: ast.AST) -> bool:
     return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
 
 
-def imports(source: str, known: list[str]) -> set[str]:
-    """The package's modules that `source` imports at run time (anywhere but under `if TYPE_CHECKING:`);
-    `from sgl_overlay import x` is module x, or `__init__` for a name defined there."""
+def imports(source: str, known: list[str], typing: bool = False) -> set[str]:
+    """The package's modules that `source` imports at run time (anywhere but under `if TYPE_CHECKING:`; with
+    `typing`, there too); `from sgl_overlay import x` is module x, or `__init__` for a name defined there."""
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if _type_checking(child):
+            if _type_checking(child) and not typing:
                 continue
             if isinstance(child, ast.ImportFrom) and (child.module or "").split(".")[0] == "sgl_overlay":
                 if child.module == "sgl_overlay":
@@ -45,9 +45,28 @@ def imports(source: str, known: list[str]) -> set[str]:
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(typing: bool = False) -> dict[str, set[str]]:
     known = modules()
-    return {m: imports((PACKAGE / f"{m}.py").read_text(), known) for m in known}
+    return {m: imports((PACKAGE / f"{m}.py").read_text(), known, typing) - {m} for m in known}
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle of `graph` as the modules along it, first and last the same ([] when there is none)."""
+    done: set[str] = set()
+
+    def walk(mod: str, path: list[str]) -> list[str]:
+        if mod in path:
+            return path[path.index(mod) :] + [mod]
+        if mod in done:
+            return []
+        for dep in sorted(graph.get(mod, ())):
+            found = walk(dep, [*path, mod])
+            if found:
+                return found
+        done.add(mod)
+        return []
+
+    return next((found for mod in sorted(graph) if (found := walk(mod, []))), [])
 
 
 def parse_map(text: str) -> list[tuple[str, set[str] | None]]:
@@ -88,6 +107,19 @@ def test_the_map_is_the_code():
     assert check_map(parse_map(DESIGN.read_text()), import_graph()) == []
 
 
+def test_no_import_cycle():
+    """No module reaches itself through its imports, a type checker's (`if TYPE_CHECKING:`) included: a cycle
+    of types alone is one that a run-time import turns into an import that fails."""
+    assert cycle(import_graph(typing=True)) == []
+
+
+def test_a_cycle_is_found():
+    graph = {"doctor": {"wheels"}, "wheels": {"fetch"}, "fetch": {"wording"}, "wording": {"doctor", "errors"}}
+    assert cycle(graph) == ["doctor", "wheels", "fetch", "wording", "doctor"]
+    assert cycle({"prs": {"wording"}, "wording": {"prs"}}) == ["prs", "wording", "prs"]
+    assert cycle({**graph, "wording": {"errors"}, "errors": set()}) == []
+
+
 def test_the_import_graph_is_read_right():
     known = ["cli", "errors", "states", "__init__"]
     source = (
@@ -97,6 +129,7 @@ def test_the_import_graph_is_read_right():
         "def f():\n    from sgl_overlay.errors import Why\n"
     )
     assert imports(source, known) == {"__init__", "states", "errors"}
+    assert imports(source, known, typing=True) == {"__init__", "states", "errors", "cli"}
 
 
 ROWS = [("cli", {"__main__"}), ("__main__", set()), ("wording", {"cli"}), ("errors", None)]

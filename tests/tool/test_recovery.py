@@ -18,10 +18,12 @@ from synth import (
     KERNEL,
     KERNEL_CU,
     KT_URL,
+    PARK,
     add_kernel_target,
     cli,
     clone,
     git,
+    hook,
     kill_inside_am,
     make_fork_checkout,
     make_fork_overlay,
@@ -29,6 +31,7 @@ from synth import (
     one_error,
     snapshot,
     spawn,
+    wait_for,
     write,
 )
 
@@ -113,22 +116,33 @@ def test_abort_refuses_after_a_branch_switch(tmp_path: Path, hook: str, nth: int
 
 
 def test_abort_removes_the_lock_files_the_killed_git_left(tmp_path: Path) -> None:
-    """The killed run's git left HEAD.lock, ORIG_HEAD.lock, REBASE_HEAD.lock, packed-refs.lock, index.lock and
-    a ref's lock: `--abort` removes them (no process of that run lives) and says which, then rolls back."""
+    """The run is killed while its git holds HEAD.lock and the branch's lock (git am's reference-transaction
+    hook, `prepared`): the journal records both as its git's, and `--abort` removes them (no process of that
+    run lives), says which, then rolls back."""
     ov = make_overlay(tmp_path)
     base, co = ["--patches", str(ov.patches)], clone(ov.upstream, tmp_path / "checkout")
-    head = git(co, "rev-parse", "HEAD")
-    kill_inside_am(tmp_path, co, base, "post-applypatch", 1)
-    gd = co / ".git"
-    names = ["HEAD.lock", "ORIG_HEAD.lock", "REBASE_HEAD.lock", "packed-refs.lock", "index.lock"]
-    for name in names:
-        (gd / name).write_text("")
-    (gd / "refs/heads/main.lock").write_text("")
+    head, gd = git(co, "rev-parse", "HEAD"), co / ".git"
+    marker = tmp_path / "parked"
+    held = [gd / "HEAD.lock", gd / "refs/heads/main.lock"]
+    hook(
+        co,
+        "reference-transaction",
+        f'if [ "$1" = prepared ] && [ -e .git/HEAD.lock ]; then\n{PARK.format(marker=marker)}fi\n',
+    )
+    proc = spawn(*base, "apply", "--checkout", str(co))
+    wait_for(marker, proc)
+    deadline = time.monotonic() + 60
+    while {str(p) for p in held} - {e["path"] for e in json.loads((gd / JOURNAL).read_text())["locks"]}:
+        assert time.monotonic() < deadline, (gd / JOURNAL).read_text()
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    wait_for(Path(f"{marker}.done"))  # git, killed with the tool, is gone: its locks stay
+    (gd / "hooks/reference-transaction").unlink()
+    assert all(p.exists() for p in held)
     abort = cli(*base, "apply", "--abort", "--checkout", str(co))
     assert abort.returncode == 0, abort.stderr
-    assert "removed what it left: git's lock file(s) " in abort.stdout, abort.stdout
-    for name in [*names, "main.lock"]:
-        assert name in abort.stdout, abort.stdout
+    assert "removed what it left: git's lock file(s) HEAD.lock, main.lock" in abort.stdout, abort.stdout
     assert not [p for p in gd.rglob("*.lock")], list(gd.rglob("*.lock"))
     assert git(co, "rev-parse", "HEAD") == head and git(co, "status", "--porcelain") == ""
     assert cli(*base, "apply", "--checkout", str(co)).stdout.startswith("applied 2 patch(es)")

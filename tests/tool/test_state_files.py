@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from synth import (
+    HOLD,
     cli,
     clone,
     git,
@@ -133,9 +135,62 @@ def test_abort_refuses_a_git_lock_older_than_the_run(tmp_path: Path) -> None:
     os.utime(stale, (time.time() - 3600, time.time() - 3600))
     before = snapshot(co)
     line = one_error(cli(*base, "apply", "--abort", "--checkout", str(co)))
-    assert line.startswith(f"{stale} is older than the killed `sgl-overlay apply`"), line
+    assert line.startswith(f"{stale} is not a lock the killed `sgl-overlay apply`"), line
     assert f"remove it (`rm {stale}`), then abort again" in line, line
     assert stale.exists() and snapshot(co) == before
+
+
+def _git_killed_holding(co: Path, tmp: Path, lock: str) -> Path:
+    """The user's own git, after the run was killed, takes `lock` and is SIGKILLed in turn (a crash, a closed
+    terminal): `git commit -a` waiting for its editor holds index.lock, an `update-ref --stdin` transaction
+    the branch's ref lock. Its lock stays, newer than the run, and no process holds it."""
+    path = co / ".git" / lock
+    if lock == "index.lock":
+        write(co, "python/pyproject.toml", (co / "python/pyproject.toml").read_text() + "# my edit\n")
+        marker = tmp / "editing"
+        editor = tmp / "editor.sh"
+        editor.write_text(f"#!/bin/sh\n{HOLD.format(marker=marker)}")
+        editor.chmod(0o755)
+        user = subprocess.Popen(["git", "-C", str(co), "commit", "-qa"], env={**os.environ, "GIT_EDITOR": str(editor)})
+        wait_for(marker)
+    else:
+        head = git(co, "rev-parse", "HEAD")
+        user = subprocess.Popen(["git", "-C", str(co), "update-ref", "--stdin"], stdin=subprocess.PIPE, text=True)
+        user.stdin.write(f"start\nupdate refs/heads/main {head}\nprepare\n")
+        user.stdin.flush()
+        deadline = time.monotonic() + 60
+        while not path.exists():
+            assert time.monotonic() < deadline, f"{path} never appeared"
+            time.sleep(0.01)
+    os.kill(user.pid, signal.SIGKILL)
+    user.wait(timeout=60)
+    (tmp / "editing.release").touch()  # the editor, if any, ends
+    assert path.exists()
+    return path
+
+
+@pytest.mark.parametrize("lock", ["index.lock", "refs/heads/main.lock"])
+def test_abort_never_removes_a_git_lock_the_run_did_not_make(tmp_path: Path, lock: str) -> None:
+    """A real git's lock made after the run started, by a git that is gone: the journal does not record it as the
+    run's, so `--abort` names it and what to do, removes nothing and changes nothing; that step done, it rolls
+    the run back."""
+    base, co, head = _killed(tmp_path)
+    theirs = _git_killed_holding(co, tmp_path, lock)
+    before = snapshot(co)
+    line = one_error(cli(*base, "apply", "--abort", "--checkout", str(co)))
+    if lock == "index.lock":
+        assert line.startswith(f"{theirs} is not a lock the killed `sgl-overlay apply`"), line
+        assert f"if no git runs in {co}, remove it (`rm {theirs}`), then abort again" in line, line
+    else:  # the transaction locked HEAD, which names the branch, too
+        head_lock = co / ".git" / "HEAD.lock"
+        assert line.startswith(f"{head_lock}, {theirs} are not locks the killed `sgl-overlay apply`"), line
+        assert f"if no git runs in {co}, remove them (`rm {head_lock} {theirs}`), then abort again" in line, line
+    assert theirs.exists() and snapshot(co) == before
+    for path in (theirs, co / ".git" / "HEAD.lock"):
+        path.unlink(missing_ok=True)
+    abort = cli(*base, "apply", "--abort", "--checkout", str(co))
+    assert abort.returncode == 0 and abort.stdout.startswith("rolled back the killed"), abort
+    assert git(co, "rev-parse", "HEAD") == head
 
 
 # ----------------------------------------------------------------------------- journals this version cannot read

@@ -15,6 +15,7 @@ import pytest
 from wheel.wheelfile import WheelFile
 
 from helpers import check_record
+from sgl_overlay.doctor import DoctorReport, Finding, report_lines
 from sgl_overlay.manifest import load_manifest
 from sgl_overlay.wheels import wheel_for_python
 from synth import (
@@ -359,3 +360,35 @@ def test_print_names_lists_each_pinned_wheel_and_its_twin(tmp_path: Path) -> Non
     assert only.split()[:2] == ["sglang", OTHER]
     none = cli(*base, "--for-python", "3.10")
     assert none.returncode == 1 and "no pinned sglang wheel fits Python 3.10" in none.stderr
+
+
+def test_report_lines():
+    """Each fix once, under the first finding it mends; no kernel checked; nothing installed."""
+    findings = [
+        Finding("sglang", "fix a", False, "pip install x"),
+        Finding("sglang", "fix b", False, "pip install x"),
+        Finding("sglang", "fix c", True, "unused"),
+    ]
+    report = DoctorReport("/env/bin/python", [("sglang", "0.5.23", "/env/site"), ("sgl-kernel", "0.3", None)], findings)
+    assert report_lines(report) == [
+        "environment: /env/bin/python",
+        "sglang 0.5.23 at /env/site",
+        "sgl-kernel 0.3",
+        "  [MISSING] sglang: fix a",
+        "      fix: pip install x",
+        "  [MISSING] sglang: fix b",
+        "      fix: the one above",
+        "  [ok] sglang: fix c",
+    ]
+    assert not report.ok
+    alone = DoctorReport("/p", [], [Finding("sglang", "fix c", True, "")], ("sglang-kernel", "sgl-kernel"))
+    assert alone.ok
+    assert report_lines(alone)[1] == (
+        "no sglang-kernel or sgl-kernel installed here: its copy_to_gpu_no_ce lengths are not checked"
+    )
+    empty = DoctorReport("/p", [], [], ("sgl-kernel",))
+    assert not empty.ok
+    assert report_lines(empty) == [
+        "environment: /p",
+        "no sglang, sglang-kt or sgl-kernel installed here; pass --python of the serving env",
+    ]

@@ -93,7 +93,8 @@ def test_already_in(applied, upstream, line):
 
 
 def _note(standing: Standing, **kw) -> OptionalNote:
-    return OptionalNote(CO, "sgl-kernel", FORK, standing, [PatchStatus(P1, State.UPSTREAM)], **kw)
+    row = PatchStatus(P1, State.OLDER, P1.label, SHA) if standing == Standing.OLDER else PatchStatus(P1, State.UPSTREAM)
+    return OptionalNote(CO, "sgl-kernel", FORK, standing, [row], **kw)
 
 
 def test_every_standing_has_its_own_line():
@@ -113,6 +114,9 @@ def test_every_standing_has_its_own_line():
         "sgl-kernel --checkout /co`",
         Standing.APPLIES: f"sgl-kernel: not applied ({WHY}); its patch applies here: add it with "
         "`sgl-overlay apply -t sgl-kernel --checkout /co`",
+        Standing.OLDER: f"sgl-kernel: not applied as the series has it ({WHY}); sglang/0001-a.patch is applied as an "
+        "earlier version of the series (other content than the patches have now): run `sgl-overlay revert "
+        "--checkout /co`, then `sgl-overlay apply -t sgl-kernel --checkout /co`",
     }
     assert wording.optional_note(_note(Standing.CONFLICTS)).endswith(
         "its patch conflicts here: it needs a variant for this tree (`sgl-overlay status` names the hunk)"
@@ -163,39 +167,6 @@ def test_revert_lines():
     assert wording.revert_lines(RevertReport(CO, states=states)) == [
         "nothing to revert: no overlay patch is applied in /co (sglang: applicable, already upstream; "
         "sglang-kt: target file absent)"
-    ]
-
-
-def test_doctor_lines():
-    from sgl_overlay.doctor import DoctorReport, Finding
-
-    findings = [
-        Finding("sglang", "fix a", False, "pip install x"),
-        Finding("sglang", "fix b", False, "pip install x"),
-        Finding("sglang", "fix c", True, "unused"),
-    ]
-    report = DoctorReport("/env/bin/python", [("sglang", "0.5.23", "/env/site"), ("sgl-kernel", "0.3", None)], findings)
-    assert wording.doctor_lines(report) == [
-        "environment: /env/bin/python",
-        "sglang 0.5.23 at /env/site",
-        "sgl-kernel 0.3",
-        "  [MISSING] sglang: fix a",
-        "      fix: pip install x",
-        "  [MISSING] sglang: fix b",
-        "      fix: the one above",
-        "  [ok] sglang: fix c",
-    ]
-    assert not report.ok
-    alone = DoctorReport("/p", [], [Finding("sglang", "fix c", True, "")], ("sglang-kernel", "sgl-kernel"))
-    assert alone.ok
-    assert wording.doctor_lines(alone)[1] == (
-        "no sglang-kernel or sgl-kernel installed here: its copy_to_gpu_no_ce lengths are not checked"
-    )
-    empty = DoctorReport("/p", [], [], ("sgl-kernel",))
-    assert not empty.ok
-    assert wording.doctor_lines(empty) == [
-        "environment: /p",
-        "no sglang, sglang-kt or sgl-kernel installed here; pass --python of the serving env",
     ]
 
 
