@@ -1,7 +1,8 @@
 """The pull requests upstream would receive: each patch of a series as a normal-context `git format-patch`
-mbox, without the overlay's trailers and `base-commit:`, beside its description `PR.md` (the patch's
-`<stem>.pr.md`, checked against the sections of upstream's pull-request template); where upstream main moved
-the patch's folder (checkout.MOVES), the same mbox at the new place under `main/`."""
+mbox by its sender (the git identity of the checkout `prs` runs in), without the overlay's trailers and
+`base-commit:`, beside its description `PR.md` (the patch's `<stem>.pr.md`, checked against the sections of
+upstream's pull-request template); where upstream main moved the patch's folder (checkout.MOVES), the same mbox
+at the new place under `main/`."""
 
 from __future__ import annotations
 
@@ -40,6 +41,24 @@ SECTIONS = {
 TITLE = re.compile(r"# \[[^\]\n]+\] \S.*")
 _HEADING = re.compile(r"^## (.+?)\s*$", re.M)
 _ISSUE = re.compile(r"https://github\.com/([\w.-]+/[\w.-]+)/(?:issues|pull)/(\d+)")
+
+
+@dataclass(frozen=True)
+class Sender:
+    """Who sends the pull requests: the author and committer of every mbox `prs` writes."""
+
+    name: str
+    email: str
+
+
+def sender(where: Path) -> Sender:
+    """git's user.name and user.email as a commit made in `where` would take them (its own config, the user's,
+    the system's); refused, naming the first one missing, where either is unset."""
+    found = {key: gitutil.config_get(where, key) for key in ("user.name", "user.email")}
+    missing = [key for key, value in found.items() if not value]
+    if missing:
+        raise OverlayError(Why.NO_SENDER, setting=missing[0], where=where)
+    return Sender(found["user.name"] or "", found["user.email"] or "")
 
 
 @dataclass(frozen=True)
@@ -104,9 +123,10 @@ def strip_trailers(message: bytes) -> bytes:
     return ("\n\n".join(paragraphs) + "\n").encode()
 
 
-def upstream_commits(target: Target, tree: Path) -> list[str]:
-    """The series of a verified laid-out tree as new commits (objects only) with upstream's messages: each
-    tree, author and dates kept, the overlay's trailers dropped. In series order."""
+def upstream_commits(target: Target, tree: Path, by: Sender) -> list[str]:
+    """The series of a verified laid-out tree as new commits (objects only) with upstream's messages, authored
+    and committed `by` the sender: each tree and its dates kept, the overlay's trailers dropped. In series
+    order."""
     if not is_ready(tree, target):
         raise OverlayError(Why.NO_TREE_TO_EXPORT, target=target.name, tree=tree)
     problems = verify_tree(tree, Series.read(target))
@@ -115,14 +135,13 @@ def upstream_commits(target: Target, tree: Path) -> list[str]:
     parent = gitutil.out(tree, "rev-parse", f"{BASE_TAG}^{{commit}}")
     made = []
     for commit in gitutil.out(tree, "rev-list", "--reverse", f"{BASE_TAG}..HEAD").split():
-        who = gitutil.out(tree, "log", "-1", "--format=%an%x00%ae%x00%ad%x00%cn%x00%ce%x00%cd", "--date=raw", commit)
-        an, ae, ad, cn, ce, cd = who.split("\0")
+        ad, cd = gitutil.out(tree, "log", "-1", "--format=%ad%x00%cd", "--date=raw", commit).split("\0")
         env = {
-            "GIT_AUTHOR_NAME": an,
-            "GIT_AUTHOR_EMAIL": ae,
+            "GIT_AUTHOR_NAME": by.name,
+            "GIT_AUTHOR_EMAIL": by.email,
             "GIT_AUTHOR_DATE": ad,
-            "GIT_COMMITTER_NAME": cn,
-            "GIT_COMMITTER_EMAIL": ce,
+            "GIT_COMMITTER_NAME": by.name,
+            "GIT_COMMITTER_EMAIL": by.email,
             "GIT_COMMITTER_DATE": cd,
         }
         raw = gitutil.git(tree, "cat-file", "commit", commit, input=b"").stdout
@@ -161,15 +180,15 @@ def pr_text(description: str, forwarded: str) -> str:
     return f"{title}\n\n{wording.pr_forwarded(forwarded)}\n{rest}"
 
 
-def export_prs(targets: list[Target], trees: Path, out: Path) -> list[PullRequest]:
-    """Write `out/<target>/<patch stem>/` per patch: its `-U3` mbox, PR.md and, where main moved its folder, the
-    mbox at the new place in `main/`. Every description is checked and every tree verified before anything is
-    written; each target's folder is replaced whole."""
+def export_prs(targets: list[Target], trees: Path, out: Path, by: Sender) -> list[PullRequest]:
+    """Write `out/<target>/<patch stem>/` per patch: its `-U3` mbox by the sender, PR.md and, where main moved its
+    folder, the mbox at the new place in `main/`. Every description is checked and every tree verified before
+    anything is written; each target's folder is replaced whole."""
     descriptions = {}
     for target in targets:
         for patch in Series.read(target).patches:
             descriptions[target.name, patch.path.name] = (check_description(target, patch), patch.forwarded)
-    commits = {t.name: upstream_commits(t, trees / t.name) for t in targets}
+    commits = {t.name: upstream_commits(t, trees / t.name, by) for t in targets}
     made: list[PullRequest] = []
     with scratch.folder("prs") as tmp:
         for target in targets:

@@ -27,6 +27,10 @@ _TRAILER = re.compile(r"^([A-Za-z0-9-]+): (.+)$")
 # The forwarding trailers every patch carries (DEP-3's names): a URL, or NOT_YET.
 BUG, FORWARDED = "Bug", "Forwarded"
 NOT_YET = "not-yet"
+# Every patch's From: (what `export` writes): the series names no author. git am needs a name and takes an
+# empty address; `sgl-overlay prs` writes each pull request as its sender instead.
+NO_AUTHOR_NAME, NO_AUTHOR_EMAIL = "unattributed", ""
+NO_AUTHOR = f"{NO_AUTHOR_NAME} <{NO_AUTHOR_EMAIL}>"
 
 
 @dataclass(frozen=True)

@@ -538,9 +538,6 @@ ERRORS: dict[Why, Callable[..., str]] = {
         f"{_in_manifest(manifest, target)}: applied_upstream names {patch}, which is not in its patches list; "
         "name a patch of the series (a dropped patch needs no entry)"
     ),
-    Why.BAD_IDENTITY: lambda path, identity: (
-        f"{path}: identity {identity!r} is not `Name <email>`; write it as git shows an author"
-    ),
     Why.UNKNOWN_TARGET: lambda name, known: f"unknown target {name!r}; known targets: {', '.join(sorted(known))}",
     # the series
     Why.MISSING_PATCH: lambda path: (
@@ -779,6 +776,10 @@ ERRORS: dict[Why, Callable[..., str]] = {
     Why.PR_NO_ISSUE_LINK: lambda path, bug, same: (
         f"{path} does not name the issue its patch fixes ({bug}); add `Fixes "
         f"{'#' + bug.rsplit('/', 1)[1] if same else bug}` to `## Motivation`"
+    ),
+    Why.NO_SENDER: lambda setting, where: (
+        f"`sgl-overlay prs` writes each pull request as you, and git has no {setting} in {where}; set it "
+        f"(`git config --global {setting} ...`, or in that checkout), then run it again"
     ),
     Why.NO_WHEEL_FITS: no_wheel_fits,
     Why.STOCK_WHEEL_DIFFERS: lambda wheel, rel, found, want, file: (
