@@ -7,7 +7,7 @@ from pathlib import Path
 from sgl_overlay import gitutil, scratch
 from sgl_overlay.errors import OverlayError, Why
 from sgl_overlay.manifest import Target
-from sgl_overlay.series import BUG, FORWARDED, FULL_CONTEXT, NO_AUTHOR_EMAIL, NO_AUTHOR_NAME, mail_parts
+from sgl_overlay.series import FULL_CONTEXT, NO_AUTHOR_EMAIL, NO_AUTHOR_NAME, TRAILERS, mail_parts
 from sgl_overlay.tree import BASE_TAG, base_commit, is_ready
 
 
@@ -54,7 +54,7 @@ def export_series(target: Target, tree: Path) -> list[tuple[Path, bool]]:
         datas = [p.read_bytes() + base for p in made]
         for p, data in zip(made, datas):
             _, trailers, _ = mail_parts(data.decode("utf-8"))
-            missing = [k for k in (BUG, FORWARDED) if k not in dict(trailers)]
+            missing = [k for k in TRAILERS if k not in dict(trailers)]
             if missing:
                 raise OverlayError(Why.NO_TRAILER, target=target.name, patch=p.name, key=missing[0])
         if tip != head:  # same trees: the index and the working files still match HEAD

@@ -15,7 +15,7 @@ from sgl_overlay import gitutil, scratch, wording
 from sgl_overlay.checkout import MOVES, Placement, repo_name
 from sgl_overlay.errors import OverlayError, Why
 from sgl_overlay.manifest import Target
-from sgl_overlay.series import BUG, FORWARDED, Patch, Series
+from sgl_overlay.series import BUG, TRAILERS, Patch, Series
 from sgl_overlay.tree import BASE_TAG, is_ready
 from sgl_overlay.verify import verify_tree
 
@@ -114,11 +114,13 @@ def _links(text: str, repo: str, number: str, own: str, url: str) -> bool:
 
 
 def strip_trailers(message: bytes) -> bytes:
-    """A commit message without the overlay's `Bug:` / `Forwarded:` lines (nor a closing paragraph they leave
-    empty)."""
+    """A commit message without the overlay's `Bug:` / `Forwarded:` / `Drop-when:` lines (nor a closing
+    paragraph they leave empty)."""
     paragraphs = message.decode("utf-8").rstrip("\n").split("\n\n")
     if len(paragraphs) > 1:
-        last = [line for line in paragraphs.pop().splitlines() if not line.startswith((f"{BUG}: ", f"{FORWARDED}: "))]
+        last = [
+            line for line in paragraphs.pop().splitlines() if not line.startswith(tuple(f"{k}: " for k in TRAILERS))
+        ]
         paragraphs += ["\n".join(last)] if last else []
     return ("\n\n".join(paragraphs) + "\n").encode()
 

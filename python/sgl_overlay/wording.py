@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from sgl_overlay.errors import OverlayError, Why
 from sgl_overlay.records import Alive
-from sgl_overlay.series import BUG, FORWARDED, NOT_YET
+from sgl_overlay.series import BUG, DROP_WHEN, FORWARDED, NOT_YET
 from sgl_overlay.states import Standing, State
 from sgl_overlay.transaction import Left
 from sgl_overlay.tree import BASE_TAG
@@ -84,13 +84,15 @@ def status_lines(r: StatusReport) -> list[str]:
 
 
 def upstream_of(patch: Patch) -> str:
-    """Where upstream stands on a patch (the manifest's `applied_upstream`, else its `Forwarded:` trailer) and what
-    is left to do there."""
+    """Where upstream stands on a patch (the manifest's `applied_upstream`, else its `Forwarded:` trailer), what
+    is left to do there and when the series can drop it (its `Drop-when:` trailer)."""
     if patch.applied_upstream:
-        return f"upstream: applied in {patch.applied_upstream}; left: drop it once the pinned version has it"
+        return f"drop: upstream since {patch.applied_upstream}"
     if patch.forwarded:
-        return f"upstream: not applied, forwarded as {patch.forwarded}; left: its review and merge there"
-    return "upstream: not applied, not forwarded; left: open its pull request (`sgl-overlay prs` writes it)"
+        where = f"upstream: not applied, forwarded as {patch.forwarded}; left: its review and merge there"
+    else:
+        where = "upstream: not applied, not forwarded; left: open its pull request (`sgl-overlay prs` writes it)"
+    return where + (f"; drop when: {patch.drop_when}" if patch.drop_when else "")
 
 
 def already_in(a: AlreadyIn) -> str:
@@ -757,9 +759,9 @@ ERRORS: dict[Why, Callable[..., str]] = {
         "patches/manifest.toml"
     ),
     Why.NO_TRAILER: lambda target, patch, key: (
-        f"{target}: the message of {patch} has no `{key}:` trailer; end it with `{BUG}: <issue URL>` and "
-        f"`{FORWARDED}: <pull request URL>` (`{NOT_YET}` where there is none: `git rebase -i {BASE_TAG}`, reword), "
-        "then export again"
+        f"{target}: the message of {patch} has no `{key}:` trailer; end it with `{BUG}: <issue URL>`, "
+        f"`{FORWARDED}: <pull request URL>` (`{NOT_YET}` where there is none) and `{DROP_WHEN}: <the upstream "
+        f"change or release that makes it unneeded>` (`git rebase -i {BASE_TAG}`, reword), then export again"
     ),
     Why.PR_NO_DESCRIPTION: lambda path, patch: (
         f"no pull-request description {path} for {patch}; write it (`# [Area] Title`, then the sections of "

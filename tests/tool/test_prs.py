@@ -64,7 +64,10 @@ def prepared(tmp_path_factory):
     _ok(*base, "fetch", "--offline")
     _ok(*base, "apply")
     tree = tmp / "trees" / "sglang"
-    amend = f"git commit -q --amend --no-edit --trailer 'Bug: {BUG}' --trailer 'Forwarded: {PULL}'"
+    amend = (
+        f"git commit -q --amend --no-edit --trailer 'Bug: {BUG}' --trailer 'Forwarded: {PULL}' "
+        "--trailer 'Drop-when: sglang 1.1 has it'"
+    )
     git(tree, "-c", "core.editor=true", "rebase", "-q", "upstream", "--exec", amend)
     _ok(*base, "export")
     assert all("base-commit: " in p.read_text() and f"Forwarded: {PULL}" in p.read_text() for p in ov.series)
@@ -106,7 +109,7 @@ def test_prs_writes_normal_context_mboxes_and_pr_md_that_reapply_to_the_same_pos
         text = mboxes[0].read_text()
         assert "Subject: [PATCH] " in text and "@@ -" in text
         assert f"\nFrom: {SENDER.name} <{SENDER.email}>\n" in text
-        for leak in ("Bug:", "Forwarded:", "base-commit:"):
+        for leak in ("Bug:", "Forwarded:", "Drop-when:", "base-commit:"):
             assert leak not in text, (folder.name, leak)
         pr = (folder / "PR.md").read_text()
         assert pr == _description().replace("\n\n", f"\n\nForwarded upstream as {PULL}.\n\n", 1)
@@ -196,9 +199,9 @@ def test_the_issue_may_be_named_by_its_url_or_fixes(overlay, link, tmp_path):
 
 
 def test_strip_trailers_keeps_other_trailers_and_drops_an_emptied_paragraph():
-    msg = b"subject\n\nbody\n\nLink: x\nBug: y\nForwarded: z\n"
+    msg = b"subject\n\nbody\n\nLink: x\nBug: y\nForwarded: z\nDrop-when: w\n"
     assert prs.strip_trailers(msg) == b"subject\n\nbody\n\nLink: x\n"
-    assert prs.strip_trailers(b"subject\n\nbody\n\nBug: y\nForwarded: z\n") == b"subject\n\nbody\n"
+    assert prs.strip_trailers(b"subject\n\nbody\n\nBug: y\nForwarded: z\nDrop-when: w\n") == b"subject\n\nbody\n"
     assert prs.strip_trailers(b"Bug: not a trailer, the subject\n") == b"Bug: not a trailer, the subject\n"
 
 
@@ -248,6 +251,7 @@ def test_real_series_at_normal_context_reapplies_to_the_pinned_trees(tmp_path):
                 check=True,
             ).stdout
             assert "\nBug: " not in mbox and "\nForwarded: " not in mbox and "base-commit:" not in mbox
+            assert "\nDrop-when: " not in mbox
             if target.full_context:
                 assert len(mbox) < len((target.patch_dir / name).read_text()), name
             subprocess.run(["git", "-C", str(clone), "am", "-q", "--keep-non-patch"], input=mbox, text=True, check=True)
