@@ -225,12 +225,24 @@ def export_lines(written: list[tuple[Path, bool]]) -> list[str]:
 
 
 def prs_lines(made: list[PullRequest]) -> list[str]:
-    """One line per exported pull request: its folder, title, files and lines at normal context."""
-    return [
-        f"wrote {pr.folder}/: {pr.title} ({len(pr.files)} file(s), +{pr.added} -{pr.removed})"
-        + (f"; open upstream as {pr.forwarded}" if pr.forwarded else "")
-        for pr in made
-    ]
+    """One line per exported pull request (or review): its folder, title, files and lines at normal context, and
+    for a review the command that posts it."""
+    lines = []
+    for pr in made:
+        line = f"wrote {pr.folder}/: {pr.title} ({len(pr.files)} file(s), +{pr.added} -{pr.removed})"
+        if pr.forwarded:
+            line += f"; {'sent' if pr.reviews else 'open'} upstream as {pr.forwarded}"
+        elif pr.reviews:
+            repo, number = pr.reviews
+            line += (
+                f"; post it on {repo}#{number} with `gh pr review {number} --repo {repo} --comment --body-file "
+                f"{pr.folder}/REVIEW.md` (the mbox beside it: the change it proposes)"
+            )
+        lines.append(line)
+    return lines
+
+
+TEMPLATE_SHAPE, REVIEW_SHAPE = "upstream's template", "a review"  # what a description's sections follow
 
 
 def pr_forwarded(url: str) -> str:
@@ -768,16 +780,21 @@ ERRORS: dict[Why, Callable[..., str]] = {
         "upstream's template), then run `sgl-overlay prs` again"
     ),
     Why.PR_BAD_TITLE: lambda path, line: (
-        f"{path}: first line {line!r} is not a pull-request title; write it as `# [Area] Title`"
+        f"{path}: first line {line!r} is not a pull-request title; write it as `# [Area] Title` (or, for a "
+        "review of an open pull request, `# Review of owner/repo#N: what it proposes`)"
     ),
-    Why.PR_SECTIONS: lambda path, found, want: (
-        f"{path} has the sections {found}, upstream's template has {want}; use exactly those `## ` headings, "
-        "in that order"
+    Why.PR_SECTIONS: lambda path, found, want, review: (
+        f"{path} has the sections {found}, {REVIEW_SHAPE if review else TEMPLATE_SHAPE} has {want}; use exactly "
+        "those `## ` headings, in that order"
     ),
     Why.PR_EMPTY_SECTION: lambda path, section: f"{path}: section `## {section}` is empty; say what it asks for",
-    Why.PR_NO_ISSUE_LINK: lambda path, bug, same: (
-        f"{path} does not name the issue its patch fixes ({bug}); add `Fixes "
-        f"{'#' + bug.rsplit('/', 1)[1] if same else bug}` to `## Motivation`"
+    Why.PR_NO_ISSUE_LINK: lambda path, bug, same, review: (
+        f"{path} does not name the issue its patch fixes ({bug}); add "
+        + (
+            f"`{'#' + bug.rsplit('/', 1)[1] if same else bug}` to `## Why`"
+            if review
+            else f"`Fixes {'#' + bug.rsplit('/', 1)[1] if same else bug}` to `## Motivation`"
+        )
     ),
     Why.NO_SENDER: lambda setting, where: (
         f"`sgl-overlay prs` writes each pull request as you, and git has no {setting} in {where}; set it "

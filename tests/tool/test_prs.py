@@ -198,6 +198,58 @@ def test_the_issue_may_be_named_by_its_url_or_fixes(overlay, link, tmp_path):
     _ok(*base, "prs", "--out", str(tmp_path / "out"), env=_sender_env(tmp_path))
 
 
+def _review(fixes: str = "Issue #7.", sections=prs.REVIEW_SECTIONS) -> str:
+    body = "".join(f"## {name}\n\n{fixes if name == 'Why' else 'Text.'}\n\n" for name in sections)
+    return f"# Review of example/sglang#9: what to change there\n\n{body}"
+
+
+def test_a_review_of_an_open_pull_request_is_written_as_review_md_with_the_command_that_posts_it(overlay, tmp_path):
+    ov, base, _ = overlay
+    ov.series[1].with_suffix(".pr.md").write_text(_review())
+    out = tmp_path / "out"
+    lines = _ok(*base, "prs", "--out", str(out), env=_sender_env(tmp_path)).splitlines()
+    folder = out / "sglang" / ov.series[1].stem
+    assert lines[1] == (
+        f"wrote {folder}/: Review of example/sglang#9: what to change there (2 file(s), +2 -2); sent upstream as {PULL}"
+    )
+    names = sorted(p.name for p in folder.iterdir())
+    assert names[1:] == ["REVIEW.md"] and names[0].endswith(".patch"), names
+    assert (folder / "REVIEW.md").read_text() == _review().replace("\n\n", f"\n\nForwarded upstream as {PULL}.\n\n", 1)
+    assert (out / "sglang" / ov.series[0].stem / "PR.md").is_file()  # the other patch opens its own
+
+
+def test_a_review_not_yet_sent_names_the_command_that_posts_it(overlay, tmp_path):
+    ov, base, tree = overlay
+    patch = ov.series[1]
+    patch.write_text(patch.read_text().replace(f"Forwarded: {PULL}", "Forwarded: not-yet"))
+    patch.with_suffix(".pr.md").write_text(_review())
+    out = tmp_path / "out"
+    base = [*base[:-1], str(tmp_path / "trees3")]
+    _ok(*base, "fetch", "--offline")
+    _ok(*base, "apply")
+    line = _ok(*base, "prs", "--out", str(out), env=_sender_env(tmp_path)).splitlines()[1]
+    folder = out / "sglang" / patch.stem
+    assert line.endswith(
+        f"; post it on example/sglang#9 with `gh pr review 9 --repo example/sglang --comment --body-file "
+        f"{folder}/REVIEW.md` (the mbox beside it: the change it proposes)"
+    )
+    assert (folder / "REVIEW.md").read_text() == _review()
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (_review(sections=SECTIONS), f"has the sections {list(SECTIONS)}, a review has {list(prs.REVIEW_SECTIONS)}"),
+        (_review(fixes="An issue."), f"does not name the issue its patch fixes ({BUG}); add `#7` to `## Why`"),
+    ],
+)
+def test_a_malformed_review_is_refused_with_one_line(overlay, tmp_path, text, says):
+    ov, base, _ = overlay
+    ov.series[1].with_suffix(".pr.md").write_text(text)
+    line = one_error(cli(*base, "prs", "--out", str(tmp_path / "out"), env=_sender_env(tmp_path)))
+    assert says in line, line
+
+
 def test_strip_trailers_keeps_other_trailers_and_drops_an_emptied_paragraph():
     msg = b"subject\n\nbody\n\nLink: x\nBug: y\nForwarded: z\nDrop-when: w\n"
     assert prs.strip_trailers(msg) == b"subject\n\nbody\n\nLink: x\n"
