@@ -35,6 +35,7 @@ from sgl_overlay import gitutil, prs
 from sgl_overlay.checkout import MOVES, SAME_PLACE, Placement, repo_name
 from sgl_overlay.manifest import Target, load_manifest
 from sgl_overlay.places import places
+from sgl_overlay.tree import BASE_TAG
 
 _OFFSET = re.compile(r"Hunk #\d+ succeeded at \d+ \((?:offset [-\d]+ lines?|with fuzz \d+)\)")
 
@@ -114,12 +115,14 @@ def undefined_names(repo: Path, paths: list[str]) -> list[str]:
     return [f"{name} ({path}:{line})" for path, line, name in found]
 
 
-def check_target(target: Target, tree: Path, main: Path, patterns: list[str], carry: Path | None) -> list[Result]:
+def check_target(
+    target: Target, tree: Path, main: Path, patterns: list[str], carry: Path | None, by: prs.Sender
+) -> list[Result]:
     upstream = repo_name(target.upstream)
     base = main / upstream
     lines = (base / "COMMIT").read_text().splitlines()
     at = dict(line.split()[:2] for line in lines[1:] if len(line.split()) >= 2)
-    commits = prs.upstream_commits(target, tree)
+    commits = prs.upstream_commits(target, tree, by)
     chosen = [
         (n, c) for n, c in zip(target.patches, commits) if not patterns or any(fnmatch.fnmatch(n, p) for p in patterns)
     ]
@@ -172,10 +175,12 @@ def write_doc(doc: Path, results: list[Result]) -> None:
 
 
 def needed(targets: list[Target], trees: Path, patterns: list[str]) -> dict[str, list[str]]:
-    """Per upstream repository, every path the selected patches touch, and its moved place."""
+    """Per upstream repository, every path the selected patches touch, and its moved place (the tree's own
+    commits: the pull requests touch the same paths)."""
     want: dict[str, set[str]] = {}
     for t in targets:
-        for name, c in zip(t.patches, prs.upstream_commits(t, trees / t.name)):
+        series = gitutil.out(trees / t.name, "rev-list", "--reverse", f"{BASE_TAG}..HEAD").split()
+        for name, c in zip(t.patches, series):
             if patterns and not any(fnmatch.fnmatch(name, p) for p in patterns):
                 continue
             for path in touched(trees / t.name, c):
@@ -203,10 +208,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.main is None:
         parser.error("--main DIR is needed (or --list)")
+    by = prs.sender(Path.cwd())  # the carried mboxes are what upstream receives: by their sender
     results = []
     for t in targets:
         if (args.main / repo_name(t.upstream) / "COMMIT").exists():
-            results += check_target(t, trees / t.name, args.main, args.patch, args.carry)
+            results += check_target(t, trees / t.name, args.main, args.patch, args.carry, by)
     if not results:
         parser.error(f"no patch checked: {args.main} holds no <owner>/<repo>/COMMIT of a selected target")
     print(table(results), end="")

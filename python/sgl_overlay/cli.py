@@ -121,7 +121,9 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     """List each patch's state in a checkout (exit 1 if a required one cannot go in).
 
     Each patch is applied, applicable, applicable (3-way), conflicting, in (other commit), already upstream or
-    target file absent, read from the files (uncommitted working files included); the tree is not touched."""
+    target file absent, read from the files (uncommitted working files included); the tree is not touched.
+    Beside it: where upstream stands and when the series can drop it (`drop: upstream since X` once the
+    manifest's applied_upstream names the release X that holds it)."""
     return _print_each((operations.status(co) for co in ctx.checkouts(args)), wording.status_lines)
 
 
@@ -151,7 +153,7 @@ def cmd_verify(args: argparse.Namespace, ctx: Context) -> int:
 def cmd_export(args: argparse.Namespace, ctx: Context) -> int:
     """(maintainers) Write the commits on `upstream` in build/trees/<target> back to patches/<target>/."""
     for target in ctx.manifest.select(args.target):
-        for line in wording.export_lines(export.export_series(target, ctx.trees / target.name, ctx.manifest.identity)):
+        for line in wording.export_lines(export.export_series(target, ctx.trees / target.name)):
             print(line)
     written = pins.rewrite(
         load_manifest(ctx.manifest.path.parent), ctx.manifest.select(args.target) if args.target else None
@@ -164,11 +166,14 @@ def cmd_export(args: argparse.Namespace, ctx: Context) -> int:
 def cmd_prs(args: argparse.Namespace, ctx: Context) -> int:
     """(maintainers) Write each patch as the pull request upstream would receive: a normal-context mbox and PR.md.
 
-    Generated from the verified laid-out trees, without the overlay's `Bug:` / `Forwarded:` trailers and
-    `base-commit:`; PR.md is the patch's `<stem>.pr.md`, checked against upstream's template. A missing or
-    malformed description writes nothing. Layout: OUT/<target>/<patch stem>/{0001-*.patch,PR.md}."""
+    Generated from the verified laid-out trees, by you (git's user.name and user.email where it runs), without
+    the overlay's `Bug:` / `Forwarded:` / `Drop-when:` trailers and `base-commit:`; PR.md is the patch's
+    `<stem>.pr.md`, checked against upstream's template, or REVIEW.md where it is a review of an open pull
+    request (`# Review of owner/repo#N: ...`; the line names the command that posts it). A missing or malformed
+    description writes nothing. Layout: OUT/<target>/<patch stem>/{0001-*.patch,PR.md or REVIEW.md}."""
+    by = prs.sender(Path.cwd())
     out = (args.out or ctx.trees.parent / "prs").resolve()
-    for line in wording.prs_lines(prs.export_prs(ctx.manifest.select(args.target), ctx.trees, out)):
+    for line in wording.prs_lines(prs.export_prs(ctx.manifest.select(args.target), ctx.trees, out, by)):
         print(line)
     return 0
 

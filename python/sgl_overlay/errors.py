@@ -34,7 +34,6 @@ class Why(Enum):
     VARIANTS_CLASH = auto()
     UNKNOWN_TARGET = auto()
     APPLIED_NOT_LISTED = auto()
-    BAD_IDENTITY = auto()
     # the series
     MISSING_PATCH = auto()
     CORRUPT_PATCH = auto()
@@ -117,6 +116,7 @@ class Why(Enum):
     PR_SECTIONS = auto()
     PR_EMPTY_SECTION = auto()
     PR_NO_ISSUE_LINK = auto()
+    NO_SENDER = auto()
     NO_WHEEL_FITS = auto()
     STOCK_WHEEL_DIFFERS = auto()
     TREE_NOT_VERIFIED = auto()

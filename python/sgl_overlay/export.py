@@ -7,42 +7,41 @@ from pathlib import Path
 from sgl_overlay import gitutil, scratch
 from sgl_overlay.errors import OverlayError, Why
 from sgl_overlay.manifest import Target
-from sgl_overlay.series import BUG, FORWARDED, FULL_CONTEXT, mail_parts
+from sgl_overlay.series import FULL_CONTEXT, NO_AUTHOR_EMAIL, NO_AUTHOR_NAME, TRAILERS, mail_parts
 from sgl_overlay.tree import BASE_TAG, base_commit, is_ready
 
 
-def _as_laid_out(tree: Path, identity: str) -> str:
-    """The commits on `upstream` rebuilt as `apply` makes them in a laid-out tree (author `identity`, or each
-    commit's own when it is "", author date and message kept, the tool's committer, dated as authored), so
-    that the exported series lays out again to the same commits: the new tip (HEAD when nothing differs).
-    Only objects are written; the caller moves HEAD."""
-    name, _, email = identity.partition(" <")
+def _as_laid_out(tree: Path) -> str:
+    """The commits on `upstream` rebuilt as `apply` makes them in a laid-out tree (no author: NO_AUTHOR, the
+    author date and message kept, the tool's committer, dated as authored), so that the exported series lays out
+    again to the same commits: the new tip (HEAD when nothing differs). Only objects are written; the caller
+    moves HEAD."""
     committer = {k: v for k, v in gitutil.TOOL_IDENTITY.items() if k in ("GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")}
     parent = gitutil.out(tree, "rev-parse", f"{BASE_TAG}^{{commit}}")
     for commit in gitutil.out(tree, "rev-list", "--reverse", f"{BASE_TAG}..HEAD").split():
-        fields = gitutil.out(tree, "log", "-1", "--format=%an%x00%ae%x00%ad", "--date=raw", commit).split("\0")
+        date = gitutil.out(tree, "log", "-1", "--format=%ad", "--date=raw", commit)
         raw = gitutil.git(tree, "cat-file", "commit", commit, input=b"").stdout
         env = {
             **committer,
-            "GIT_AUTHOR_NAME": name if identity else fields[0],
-            "GIT_AUTHOR_EMAIL": email.removesuffix(">") if identity else fields[1],
-            "GIT_AUTHOR_DATE": fields[2],
-            "GIT_COMMITTER_DATE": fields[2],
+            "GIT_AUTHOR_NAME": NO_AUTHOR_NAME,
+            "GIT_AUTHOR_EMAIL": NO_AUTHOR_EMAIL,
+            "GIT_AUTHOR_DATE": date,
+            "GIT_COMMITTER_DATE": date,
         }
         message = raw.split(b"\n\n", 1)[1]
         parent = gitutil.out_bytes(tree, "commit-tree", f"{commit}^{{tree}}", "-p", parent, env=env, input=message)
     return parent
 
 
-def export_series(target: Target, tree: Path, identity: str = "") -> list[tuple[Path, bool]]:
+def export_series(target: Target, tree: Path) -> list[tuple[Path, bool]]:
     """Write the tree's commits on `upstream` as the target's patch files: each one written, and whether it changed.
 
-    Every file is the mbox `git format-patch` writes (full blob ids; full context for sgl-kernel) by `identity`,
+    Every file is the mbox `git format-patch` writes (full blob ids; full context for sgl-kernel), by no author,
     ending with the `base-commit:` of the series (tree.base_commit), as `--base` writes it."""
     if not is_ready(tree, target):
         raise OverlayError(Why.NO_TREE_TO_EXPORT, target=target.name, tree=tree)
     with scratch.folder("export") as tmp:
-        head, tip = gitutil.head(tree), _as_laid_out(tree, identity)
+        head, tip = gitutil.head(tree), _as_laid_out(tree)
         args = ["format-patch", "-q", "--full-index", "--no-signature", "-o", tmp]
         if target.full_context:
             args.append(FULL_CONTEXT)
@@ -55,7 +54,7 @@ def export_series(target: Target, tree: Path, identity: str = "") -> list[tuple[
         datas = [p.read_bytes() + base for p in made]
         for p, data in zip(made, datas):
             _, trailers, _ = mail_parts(data.decode("utf-8"))
-            missing = [k for k in (BUG, FORWARDED) if k not in dict(trailers)]
+            missing = [k for k in TRAILERS if k not in dict(trailers)]
             if missing:
                 raise OverlayError(Why.NO_TRAILER, target=target.name, patch=p.name, key=missing[0])
         if tip != head:  # same trees: the index and the working files still match HEAD

@@ -4,7 +4,6 @@ wheels, patch series, `[matrix]` ranges and per-version variants, as typed value
 from __future__ import annotations
 
 import os
-import re
 import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
@@ -118,7 +117,6 @@ class Manifest:
     path: Path
     targets: dict[str, Target]
     local_version: str = "overlay.1"  # PEP 440 local label of patched wheels
-    identity: str = ""  # "Name <email>": the author `export` writes on every patch ("" keeps each commit's)
 
     def get(self, name: str) -> Target:
         if name not in self.targets:
@@ -243,7 +241,4 @@ def load_manifest(patches_dir: Path | None = None) -> Manifest:
             targets[name] = _target(path, patches_dir, name, raw)
         except KeyError as exc:
             raise OverlayError(Why.TARGET_LACKS_KEY, manifest=path, target=name, key=exc.args[0]) from None
-    identity = data.get("identity", "")
-    if identity and not re.fullmatch(r"[^<>]+ <[^<>@\s]+@[^<>@\s]+>", identity):
-        raise OverlayError(Why.BAD_IDENTITY, path=path, identity=identity)
-    return Manifest(path, targets, data.get("local_version", "overlay.1"), identity)
+    return Manifest(path, targets, data.get("local_version", "overlay.1"))

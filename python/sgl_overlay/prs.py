@@ -1,7 +1,9 @@
 """The pull requests upstream would receive: each patch of a series as a normal-context `git format-patch`
-mbox, without the overlay's trailers and `base-commit:`, beside its description `PR.md` (the patch's
-`<stem>.pr.md`, checked against the sections of upstream's pull-request template); where upstream main moved
-the patch's folder (checkout.MOVES), the same mbox at the new place under `main/`."""
+mbox by its sender (the git identity of the checkout `prs` runs in), without the overlay's trailers and
+`base-commit:`, beside its description `PR.md` (the patch's `<stem>.pr.md`, checked against the sections of
+upstream's pull-request template), or `REVIEW.md` where the description is a review of another author's open
+pull request (what to change there, the mbox being the change proposed); where upstream main moved the patch's
+folder (checkout.MOVES), the same mbox at the new place under `main/`."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from sgl_overlay import gitutil, scratch
 from sgl_overlay.checkout import MOVES, Placement, repo_name
 from sgl_overlay.errors import OverlayError, Why
 from sgl_overlay.manifest import Target
-from sgl_overlay.series import BUG, FORWARDED, Patch, Series
+from sgl_overlay.series import BUG, TRAILERS, Patch, Series
 from sgl_overlay.tree import BASE_TAG, is_ready
 from sgl_overlay.verify import verify_tree
 
@@ -38,8 +40,31 @@ SECTIONS = {
     ),
 }
 TITLE = re.compile(r"# \[[^\]\n]+\] \S.*")
+# A description that reviews an open upstream pull request instead of opening one: `# Review of
+# [owner/repo]#N: what it proposes`, then these sections (a review comment has no template upstream).
+REVIEW_TITLE = re.compile(r"# Review of (?:([\w.-]+/[\w.-]+))?#(\d+): \S.*")
+REVIEW_SECTIONS = ("What to change", "Why", "Tests", "Numbers")
+REVIEW = "REVIEW.md"  # what `prs` writes for a review, in place of PR.md
 _HEADING = re.compile(r"^## (.+?)\s*$", re.M)
 _ISSUE = re.compile(r"https://github\.com/([\w.-]+/[\w.-]+)/(?:issues|pull)/(\d+)")
+
+
+@dataclass(frozen=True)
+class Sender:
+    """Who sends the pull requests: the author and committer of every mbox `prs` writes."""
+
+    name: str
+    email: str
+
+
+def sender(where: Path) -> Sender:
+    """git's user.name and user.email as a commit made in `where` would take them (its own config, the user's,
+    the system's); refused, naming the first one missing, where either is unset."""
+    found = {key: gitutil.config_get(where, key) for key in ("user.name", "user.email")}
+    missing = [key for key, value in found.items() if not value]
+    if missing:
+        raise OverlayError(Why.NO_SENDER, setting=missing[0], where=where)
+    return Sender(found["user.name"] or "", found["user.email"] or "")
 
 
 @dataclass(frozen=True)
@@ -54,6 +79,15 @@ class PullRequest:
     removed: int
     forwarded: str  # the open upstream pull request ("" while there is none)
     folder: Path
+    reviews: tuple[str, int] | None = None  # (owner/repo, number) of the pull request a review is of
+
+
+@dataclass(frozen=True)
+class Description:
+    """A patch's checked `.pr.md`: its text, and the pull request it reviews (None: it opens its own)."""
+
+    text: str
+    reviews: tuple[str, int] | None = None
 
 
 def description_of(target: Target, patch_name: str) -> Path:
@@ -64,49 +98,57 @@ def sections_of(target: Target) -> tuple[str, ...]:
     return SECTIONS.get(target.upstream.rstrip("/"), SECTIONS["https://github.com/sgl-project/sglang"])
 
 
-def check_description(target: Target, patch: Patch) -> str:
-    """The patch's description, refused when it is missing or not in upstream's template shape."""
+def check_description(target: Target, patch: Patch) -> Description:
+    """The patch's description, refused when it is missing or not in the shape of upstream's template (or of
+    a review of an open pull request)."""
     path = description_of(target, patch.path.name)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise OverlayError(Why.PR_NO_DESCRIPTION, path=path, patch=patch.label) from None
     first = text.partition("\n")[0]
-    if not TITLE.fullmatch(first):
+    own = repo_name(target.upstream)
+    review = REVIEW_TITLE.fullmatch(first)
+    if not review and not TITLE.fullmatch(first):
         raise OverlayError(Why.PR_BAD_TITLE, path=path, line=first)
-    want, found = sections_of(target), tuple(_HEADING.findall(text))
+    want, found = REVIEW_SECTIONS if review else sections_of(target), tuple(_HEADING.findall(text))
     if found != want:
-        raise OverlayError(Why.PR_SECTIONS, path=path, found=list(found), want=list(want))
+        raise OverlayError(Why.PR_SECTIONS, path=path, found=list(found), want=list(want), review=bool(review))
     bodies = _HEADING.split(text)[2::2]
     empty = [name for name, body in zip(want, bodies) if not body.strip()]
     if empty:
         raise OverlayError(Why.PR_EMPTY_SECTION, path=path, section=empty[0])
     bug = patch.trailer(BUG)
     m = _ISSUE.fullmatch(bug)
-    if m and not _links(text, m.group(1), m.group(2), repo_name(target.upstream), bug):
-        raise OverlayError(Why.PR_NO_ISSUE_LINK, path=path, bug=bug, same=m.group(1) == repo_name(target.upstream))
-    return text
+    if m and not _links(text, m.group(1), m.group(2), own, bug, bool(review)):
+        raise OverlayError(Why.PR_NO_ISSUE_LINK, path=path, bug=bug, same=m.group(1) == own, review=bool(review))
+    return Description(text, (review.group(1) or own, int(review.group(2))) if review else None)
 
 
-def _links(text: str, repo: str, number: str, own: str, url: str) -> bool:
-    """The description names the issue: its URL, `Fixes #N` in its own repository, or `Fixes owner/repo#N`."""
+def _links(text: str, repo: str, number: str, own: str, url: str, review: bool) -> bool:
+    """The description names the issue: its URL, `Fixes #N` in its own repository, or `Fixes owner/repo#N`; a
+    review (which fixes nothing itself) `#N` or `owner/repo#N` alone."""
     short = rf"#{number}" if repo == own else rf"{re.escape(repo)}#{number}"
-    return url in text or re.search(rf"\b(?:Fixes|Closes|Resolves) {short}\b", text) is not None
+    verb = r"(?:\b(?:Fixes|Closes|Resolves) |(?<![\w/#]))" if review else r"\b(?:Fixes|Closes|Resolves) "
+    return url in text or re.search(rf"{verb}{short}\b", text) is not None
 
 
 def strip_trailers(message: bytes) -> bytes:
-    """A commit message without the overlay's `Bug:` / `Forwarded:` lines (nor a closing paragraph they leave
-    empty)."""
+    """A commit message without the overlay's `Bug:` / `Forwarded:` / `Drop-when:` lines (nor a closing
+    paragraph they leave empty)."""
     paragraphs = message.decode("utf-8").rstrip("\n").split("\n\n")
     if len(paragraphs) > 1:
-        last = [line for line in paragraphs.pop().splitlines() if not line.startswith((f"{BUG}: ", f"{FORWARDED}: "))]
+        last = [
+            line for line in paragraphs.pop().splitlines() if not line.startswith(tuple(f"{k}: " for k in TRAILERS))
+        ]
         paragraphs += ["\n".join(last)] if last else []
     return ("\n\n".join(paragraphs) + "\n").encode()
 
 
-def upstream_commits(target: Target, tree: Path) -> list[str]:
-    """The series of a verified laid-out tree as new commits (objects only) with upstream's messages: each
-    tree, author and dates kept, the overlay's trailers dropped. In series order."""
+def upstream_commits(target: Target, tree: Path, by: Sender) -> list[str]:
+    """The series of a verified laid-out tree as new commits (objects only) with upstream's messages, authored
+    and committed `by` the sender: each tree and its dates kept, the overlay's trailers dropped. In series
+    order."""
     if not is_ready(tree, target):
         raise OverlayError(Why.NO_TREE_TO_EXPORT, target=target.name, tree=tree)
     problems = verify_tree(tree, Series.read(target))
@@ -115,14 +157,13 @@ def upstream_commits(target: Target, tree: Path) -> list[str]:
     parent = gitutil.out(tree, "rev-parse", f"{BASE_TAG}^{{commit}}")
     made = []
     for commit in gitutil.out(tree, "rev-list", "--reverse", f"{BASE_TAG}..HEAD").split():
-        who = gitutil.out(tree, "log", "-1", "--format=%an%x00%ae%x00%ad%x00%cn%x00%ce%x00%cd", "--date=raw", commit)
-        an, ae, ad, cn, ce, cd = who.split("\0")
+        ad, cd = gitutil.out(tree, "log", "-1", "--format=%ad%x00%cd", "--date=raw", commit).split("\0")
         env = {
-            "GIT_AUTHOR_NAME": an,
-            "GIT_AUTHOR_EMAIL": ae,
+            "GIT_AUTHOR_NAME": by.name,
+            "GIT_AUTHOR_EMAIL": by.email,
             "GIT_AUTHOR_DATE": ad,
-            "GIT_COMMITTER_NAME": cn,
-            "GIT_COMMITTER_EMAIL": ce,
+            "GIT_COMMITTER_NAME": by.name,
+            "GIT_COMMITTER_EMAIL": by.email,
             "GIT_COMMITTER_DATE": cd,
         }
         raw = gitutil.git(tree, "cat-file", "commit", commit, input=b"").stdout
@@ -160,22 +201,22 @@ def _forwarded(url: str) -> str:
 
 
 def pr_text(description: str, forwarded: str) -> str:
-    """PR.md: the description, with the open upstream pull request named under its title."""
+    """PR.md (REVIEW.md): the description, with where it was sent upstream named under its title."""
     if not forwarded:
         return description
     title, _, rest = description.partition("\n")
     return f"{title}\n\n{_forwarded(forwarded)}\n{rest}"
 
 
-def export_prs(targets: list[Target], trees: Path, out: Path) -> list[PullRequest]:
-    """Write `out/<target>/<patch stem>/` per patch: its `-U3` mbox, PR.md and, where main moved its folder, the
-    mbox at the new place in `main/`. Every description is checked and every tree verified before anything is
-    written; each target's folder is replaced whole."""
+def export_prs(targets: list[Target], trees: Path, out: Path, by: Sender) -> list[PullRequest]:
+    """Write `out/<target>/<patch stem>/` per patch: its `-U3` mbox by the sender, PR.md (REVIEW.md for a review)
+    and, where main moved its folder, the mbox at the new place in `main/`. Every description is checked and every
+    tree verified before anything is written; each target's folder is replaced whole."""
     descriptions = {}
     for target in targets:
         for patch in Series.read(target).patches:
             descriptions[target.name, patch.path.name] = (check_description(target, patch), patch.forwarded)
-    commits = {t.name: upstream_commits(t, trees / t.name) for t in targets}
+    commits = {t.name: upstream_commits(t, trees / t.name, by) for t in targets}
     made: list[PullRequest] = []
     with scratch.folder("prs") as tmp:
         for target in targets:
@@ -185,12 +226,15 @@ def export_prs(targets: list[Target], trees: Path, out: Path) -> list[PullReques
                 gitutil.git(
                     tree, "format-patch", "-q", UPSTREAM_CONTEXT, "--no-signature", "-o", str(folder), "-1", commit
                 )
-                text, forwarded = descriptions[target.name, name]
-                (folder / "PR.md").write_text(pr_text(text, forwarded), encoding="utf-8")
+                described, forwarded = descriptions[target.name, name]
+                body = pr_text(described.text, forwarded)
+                (folder / (REVIEW if described.reviews else "PR.md")).write_text(body, encoding="utf-8")
                 files, added, removed = _numstat(tree, commit)
-                title = text.partition("\n")[0].removeprefix("# ")
+                title = described.text.partition("\n")[0].removeprefix("# ")
                 dest = out / target.name / folder.name
-                made.append(PullRequest(target.name, name, title, files, added, removed, forwarded, dest))
+                made.append(
+                    PullRequest(target.name, name, title, files, added, removed, forwarded, dest, described.reviews)
+                )
         out.mkdir(parents=True, exist_ok=True)
         for target in targets:
             shutil.rmtree(out / target.name, ignore_errors=True)

@@ -27,6 +27,13 @@ _TRAILER = re.compile(r"^([A-Za-z0-9-]+): (.+)$")
 # The forwarding trailers every patch carries (DEP-3's names): a URL, or NOT_YET.
 BUG, FORWARDED = "Bug", "Forwarded"
 NOT_YET = "not-yet"
+# The trailer that says when the patch can go: the upstream change or release after which no pin needs it.
+DROP_WHEN = "Drop-when"
+TRAILERS = (BUG, FORWARDED, DROP_WHEN)  # every patch ends with them; `prs` leaves them out
+# Every patch's From: (what `export` writes): the series names no author. git am needs a name and takes an
+# empty address; `sgl-overlay prs` writes each pull request as its sender instead.
+NO_AUTHOR_NAME, NO_AUTHOR_EMAIL = "unattributed", ""
+NO_AUTHOR = f"{NO_AUTHOR_NAME} <{NO_AUTHOR_EMAIL}>"
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,11 @@ class Patch:
         """Where the patch was sent upstream (its `Forwarded:` URL); "" while it was not."""
         sent = self.trailer(FORWARDED)
         return "" if sent == NOT_YET else sent
+
+    @property
+    def drop_when(self) -> str:
+        """When the series can drop it (its `Drop-when:` trailer; "" where it has none)."""
+        return self.trailer(DROP_WHEN)
 
     def trailer(self, key: str) -> str:
         """The value of the message's last `key:` trailer ("" when there is none)."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from sgl_overlay.errors import OverlayError, Why
 from sgl_overlay.records import Alive
-from sgl_overlay.series import BUG, FORWARDED, NOT_YET
+from sgl_overlay.series import BUG, DROP_WHEN, FORWARDED, NOT_YET
 from sgl_overlay.states import Standing, State
 from sgl_overlay.transaction import Left
 from sgl_overlay.tree import BASE_TAG
@@ -105,13 +105,15 @@ def _older_applied(checkout: Path, patches: list[str], optional: str | None = No
 
 
 def upstream_of(patch: Patch) -> str:
-    """Where upstream stands on a patch (the manifest's `applied_upstream`, else its `Forwarded:` trailer) and what
-    is left to do there."""
+    """Where upstream stands on a patch (the manifest's `applied_upstream`, else its `Forwarded:` trailer), what
+    is left to do there and when the series can drop it (its `Drop-when:` trailer)."""
     if patch.applied_upstream:
-        return f"upstream: applied in {patch.applied_upstream}; left: drop it once the pinned version has it"
+        return f"drop: upstream since {patch.applied_upstream}"
     if patch.forwarded:
-        return f"upstream: not applied, forwarded as {patch.forwarded}; left: its review and merge there"
-    return "upstream: not applied, not forwarded; left: open its pull request (`sgl-overlay prs` writes it)"
+        where = f"upstream: not applied, forwarded as {patch.forwarded}; left: its review and merge there"
+    else:
+        where = "upstream: not applied, not forwarded; left: open its pull request (`sgl-overlay prs` writes it)"
+    return where + (f"; drop when: {patch.drop_when}" if patch.drop_when else "")
 
 
 def already_in(a: AlreadyIn) -> str:
@@ -216,12 +218,24 @@ def export_lines(written: list[tuple[Path, bool]]) -> list[str]:
 
 
 def prs_lines(made: list[PullRequest]) -> list[str]:
-    """One line per exported pull request: its folder, title, files and lines at normal context."""
-    return [
-        f"wrote {pr.folder}/: {pr.title} ({len(pr.files)} file(s), +{pr.added} -{pr.removed})"
-        + (f"; open upstream as {pr.forwarded}" if pr.forwarded else "")
-        for pr in made
-    ]
+    """One line per exported pull request (or review): its folder, title, files and lines at normal context, and
+    for a review the command that posts it."""
+    lines = []
+    for pr in made:
+        line = f"wrote {pr.folder}/: {pr.title} ({len(pr.files)} file(s), +{pr.added} -{pr.removed})"
+        if pr.forwarded:
+            line += f"; {'sent' if pr.reviews else 'open'} upstream as {pr.forwarded}"
+        elif pr.reviews:
+            repo, number = pr.reviews
+            line += (
+                f"; post it on {repo}#{number} with `gh pr review {number} --repo {repo} --comment --body-file "
+                f"{pr.folder}/REVIEW.md` (the mbox beside it: the change it proposes)"
+            )
+        lines.append(line)
+    return lines
+
+
+TEMPLATE_SHAPE, REVIEW_SHAPE = "upstream's template", "a review"  # what a description's sections follow
 
 
 def pins_lines(manifest: Path, written: list[tuple[str, int]]) -> list[str]:
@@ -531,9 +545,6 @@ ERRORS: dict[Why, Callable[..., str]] = {
         f"{_in_manifest(manifest, target)}: applied_upstream names {patch}, which is not in its patches list; "
         "name a patch of the series (a dropped patch needs no entry)"
     ),
-    Why.BAD_IDENTITY: lambda path, identity: (
-        f"{path}: identity {identity!r} is not `Name <email>`; write it as git shows an author"
-    ),
     Why.UNKNOWN_TARGET: lambda name, known: f"unknown target {name!r}; known targets: {', '.join(sorted(known))}",
     # the series
     Why.MISSING_PATCH: lambda path: (
@@ -754,25 +765,34 @@ ERRORS: dict[Why, Callable[..., str]] = {
         "patches/manifest.toml"
     ),
     Why.NO_TRAILER: lambda target, patch, key: (
-        f"{target}: the message of {patch} has no `{key}:` trailer; end it with `{BUG}: <issue URL>` and "
-        f"`{FORWARDED}: <pull request URL>` (`{NOT_YET}` where there is none: `git rebase -i {BASE_TAG}`, reword), "
-        "then export again"
+        f"{target}: the message of {patch} has no `{key}:` trailer; end it with `{BUG}: <issue URL>`, "
+        f"`{FORWARDED}: <pull request URL>` (`{NOT_YET}` where there is none) and `{DROP_WHEN}: <the upstream "
+        f"change or release that makes it unneeded>` (`git rebase -i {BASE_TAG}`, reword), then export again"
     ),
     Why.PR_NO_DESCRIPTION: lambda path, patch: (
         f"no pull-request description {path} for {patch}; write it (`# [Area] Title`, then the sections of "
         "upstream's template), then run `sgl-overlay prs` again"
     ),
     Why.PR_BAD_TITLE: lambda path, line: (
-        f"{path}: first line {line!r} is not a pull-request title; write it as `# [Area] Title`"
+        f"{path}: first line {line!r} is not a pull-request title; write it as `# [Area] Title` (or, for a "
+        "review of an open pull request, `# Review of owner/repo#N: what it proposes`)"
     ),
-    Why.PR_SECTIONS: lambda path, found, want: (
-        f"{path} has the sections {found}, upstream's template has {want}; use exactly those `## ` headings, "
-        "in that order"
+    Why.PR_SECTIONS: lambda path, found, want, review: (
+        f"{path} has the sections {found}, {REVIEW_SHAPE if review else TEMPLATE_SHAPE} has {want}; use exactly "
+        "those `## ` headings, in that order"
     ),
     Why.PR_EMPTY_SECTION: lambda path, section: f"{path}: section `## {section}` is empty; say what it asks for",
-    Why.PR_NO_ISSUE_LINK: lambda path, bug, same: (
-        f"{path} does not name the issue its patch fixes ({bug}); add `Fixes "
-        f"{'#' + bug.rsplit('/', 1)[1] if same else bug}` to `## Motivation`"
+    Why.PR_NO_ISSUE_LINK: lambda path, bug, same, review: (
+        f"{path} does not name the issue its patch fixes ({bug}); add "
+        + (
+            f"`{'#' + bug.rsplit('/', 1)[1] if same else bug}` to `## Why`"
+            if review
+            else f"`Fixes {'#' + bug.rsplit('/', 1)[1] if same else bug}` to `## Motivation`"
+        )
+    ),
+    Why.NO_SENDER: lambda setting, where: (
+        f"`sgl-overlay prs` writes each pull request as you, and git has no {setting} in {where}; set it "
+        f"(`git config --global {setting} ...`, or in that checkout), then run it again"
     ),
     Why.NO_WHEEL_FITS: no_wheel_fits,
     Why.STOCK_WHEEL_DIFFERS: lambda wheel, rel, found, want, file: (

@@ -1,10 +1,12 @@
 """Probe: load a checkpoint numbered 1..4 through the real do_load_weights into the stand-in
-model of the patch's own test (imported from it); print the loader calls and the error."""
+model of the patch's own test (imported from it, after patch_test_helpers gives a stock
+package the test helper the series adds); print the loader calls and the error."""
 
 import json
 
 
 def main():
+    import patch_test_helpers  # noqa: F401
     import test_deepseek_weight_loader_expert_ids as t
 
     model = t._Model()

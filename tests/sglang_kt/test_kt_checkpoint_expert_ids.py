@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import in_patch_test, run_probe, run_pytest, side_by_side
+from helpers import REPO_ROOT, in_patch_test, run_probe, run_pytest, side_by_side
 
 HERE = Path(__file__).resolve().parent
 TARGET = "sglang-kt"
@@ -19,12 +19,13 @@ PROBE = HERE / "kt_expert_ids_probe.py"
 def runs(stock_root, patched_root):
     test_file = in_patch_test(TARGET, UPSTREAM_TEST)
     stock, patched = stock_root(TARGET), patched_root(TARGET)
-    stand_ins = (test_file.parent, test_file.parent.parent / "layers" / "moe")
+    # The stock package lacks the test helper 0001 adds to sglang.test: patch_test_helpers.py brings it.
+    helper = ("patch_test_helpers",)
     return side_by_side(
         {
-            "stock": lambda: run_pytest([stock], test_file, test_file.parent),
+            "stock": lambda: run_pytest([stock, HERE, REPO_ROOT / "tests"], test_file, test_file.parent, helper),
             "patched": lambda: run_pytest([patched], test_file, test_file.parent),
-            "stock_probe": lambda: run_probe(stock, PROBE, extra_path=stand_ins),
+            "stock_probe": lambda: run_probe(stock, PROBE, extra_path=(test_file.parent, HERE)),
         }
     )
 

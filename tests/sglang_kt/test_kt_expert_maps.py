@@ -118,6 +118,17 @@ def _fused_cases():
     }
 
 
+def _fused_plain_cases():
+    """gpt-oss BF16 through weight_loader_fused into the layer without KT: one EP rank and both ranks of EP 2."""
+    base = dict(num_routed_experts=E, strategy="explicit", loader="fused", hidden_size=64, intermediate_size=64)
+    lays = {"ep0of1": dict(kt=False), **{f"ep{r}of2": dict(kt=False, ep_size=2, ep_rank=r) for r in (0, 1)}}
+    return {
+        f"fused_nokt/{name}/{path}": _with_path(dict(base, **lay), path)
+        for name, lay in lays.items()
+        for path in ("none", "trivial", "mapfile")
+    }
+
+
 def _gpt_oss_mxfp4_cases():
     """gpt-oss MXFP4: the real model loader (GptOssForCausalLM._load_mxfp4_experts_weights)
     into the KT layer on EP 1 and both ranks of EP 2, and into the plain layer."""
@@ -211,6 +222,7 @@ def _redundant_cases():
 CASES = {
     **_nvfp4_cases(),
     **_fused_cases(),
+    **_fused_plain_cases(),
     **_gpt_oss_mxfp4_cases(),
     **_per_expert_cases(),
     **_move_cases(),
@@ -363,6 +375,36 @@ def test_fused_loader_ep2_every_rank(results):
     full_rank1 = results["stock"]["fused/full/ep1of2/none"]
     assert [held(s) for s in full_rank1["slots"][:4]] == [0, 1, 2, 3]
     assert [held(s) for s in results["patched"]["fused/full/ep1of2/none"]["slots"][:4]] == [4, 5, 6, 7]
+
+
+def plain_wrong_slots(res, cfg):
+    """Local physical experts of the layer without KT that hold another expert (all of them when loading
+    raised)."""
+    local = cfg["num_routed_experts"] // cfg.get("ep_size", 1)
+    offset = cfg.get("ep_rank", 0) * local
+    want = [physical_map(res, cfg)[offset + k] for k in range(local)]
+    if "error" in res:
+        return len(want)
+    return sum(held(res["slots"][k]) != e for k, e in enumerate(want))
+
+
+def test_loaders_that_were_right_are_unchanged(results):
+    """Where stock loads every expert right, the patched all-experts loaders give exactly stock's layer
+    (the layer without KT, where 0001's KT slot order is not in play): gpt-oss BF16 on one EP rank without a
+    map or with the trivial one, gpt-oss MXFP4 without a map on every rank. Elsewhere the patched layer holds
+    every expert right and stock does not (a map; BF16 on EP 2 raises a size mismatch)."""
+    for name in _names("fused_nokt/"):
+        cfg = CASES[name]
+        patched, stock = results["patched"][name], results["stock"][name]
+        assert plain_wrong_slots(patched, cfg) == 0, (name, patched)
+        if cfg["path"] != "mapfile" and cfg.get("ep_size", 1) == 1:
+            assert patched == stock, name
+        else:
+            assert plain_wrong_slots(stock, cfg) > 0, name
+    for name in _names("mxfp4/"):
+        cfg = CASES[name]
+        if cfg["path"] in ("none", "trivial") and not cfg.get("kt", True):
+            assert results["patched"][name] == results["stock"][name], name
 
 
 def test_gpt_oss_mxfp4_loader_follows_the_map(results):

@@ -66,7 +66,7 @@ from pathlib import Path
 import pytest
 from kt_remap_probe import explicit_masks, nvfp4_input_scale, nvfp4_weight_scale_2, resolve_layer_id
 
-from helpers import in_patch_test, run_probe, run_pytest, side_by_side
+from helpers import REPO_ROOT, in_patch_test, run_probe, run_pytest, side_by_side
 
 HERE = Path(__file__).resolve().parent
 PROBE = HERE / "kt_remap_probe.py"
@@ -523,9 +523,13 @@ def test_nvfp4_stock(results):
 # ---------------------------------------------------------------- the patch's own test
 
 
-def _run_upstream_test(root, test_file):
+def _run_upstream_test(root, test_file, stock=False):
     """The patch's own test, as the fork's CPU CI runs it: no project stand-ins (the
-    test stands in for the CUDA natives itself)."""
+    test stands in for the CUDA natives itself, with the helper the patch adds to
+    sglang.test, which the stock package gets from the patched tree:
+    patch_test_helpers.py)."""
+    if stock:
+        return run_pytest([root, HERE, REPO_ROOT / "tests"], test_file, test_file.parent, ("patch_test_helpers",))
     return run_pytest([root], test_file, test_file.parent)
 
 
@@ -538,7 +542,7 @@ def test_upstream_unit_test_passes_on_patched(patched_root):
 
 def test_upstream_unit_test_fails_on_stock(stock_root):
     test_file = in_patch_test(TARGET, UPSTREAM_TEST)
-    proc = _run_upstream_test(stock_root(TARGET), test_file)
+    proc = _run_upstream_test(stock_root(TARGET), test_file, stock=True)
     assert proc.returncode == 1, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "test_non_prefix_placement_both_paths" in proc.stdout
     assert "has no attribute '_map_kt_gpu_expert_id'" in proc.stdout

@@ -1,9 +1,10 @@
-"""`sgl-overlay prs`: each patch as upstream would receive it (normal context, no overlay trailers or
-base-commit, PR.md from its checked description), re-applying to the pinned tree with the same post-images;
-and scripts/check_upstream_main.py, which tries those mboxes on copies of upstream main's files."""
+"""`sgl-overlay prs`: each patch as upstream would receive it (normal context, by its sender, no overlay
+trailers or base-commit, PR.md from its checked description), re-applying to the pinned tree with the same
+post-images; and scripts/check_upstream_main.py, which tries those mboxes on copies of upstream main's files."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -16,15 +17,27 @@ from sgl_overlay import prs
 from sgl_overlay.manifest import load_manifest
 from sgl_overlay.series import Series
 from sgl_overlay.tree import is_ready
-from synth import HOOK_PY, MODEL_PY, REPO_ROOT, cli, edit_line, git, make_overlay, pin_wheel, snapshot
+from synth import HOOK_PY, MODEL_PY, REPO_ROOT, cli, edit_line, git, make_overlay, one_error, pin_wheel, snapshot
 
 BUG = "https://github.com/example/sglang/issues/7"
 PULL = "https://github.com/example/sglang/pull/8"
 SECTIONS = ("Motivation", "Modifications", "Accuracy Tests", "Speed Tests and Profiling")
+SENDER = prs.Sender("Pat Sender", "pat@example.org")
 
 
-def _ok(*args: str) -> str:
-    proc = cli(*args)
+def _git_config(tmp: Path, name: str, text: str) -> dict[str, str]:
+    """git's environment with `text` as the user's own config and no system config."""
+    path = tmp / name
+    path.write_text(text)
+    return {"GIT_CONFIG_GLOBAL": str(path), "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def _sender_env(tmp: Path) -> dict[str, str]:
+    return _git_config(tmp, "sender.gitconfig", f"[user]\n\tname = {SENDER.name}\n\temail = {SENDER.email}\n")
+
+
+def _ok(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> str:
+    proc = cli(*args, env=env, cwd=cwd)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
@@ -51,7 +64,10 @@ def prepared(tmp_path_factory):
     _ok(*base, "fetch", "--offline")
     _ok(*base, "apply")
     tree = tmp / "trees" / "sglang"
-    amend = f"git commit -q --amend --no-edit --trailer 'Bug: {BUG}' --trailer 'Forwarded: {PULL}'"
+    amend = (
+        f"git commit -q --amend --no-edit --trailer 'Bug: {BUG}' --trailer 'Forwarded: {PULL}' "
+        "--trailer 'Drop-when: sglang 1.1 has it'"
+    )
     git(tree, "-c", "core.editor=true", "rebase", "-q", "upstream", "--exec", amend)
     _ok(*base, "export")
     assert all("base-commit: " in p.read_text() and f"Forwarded: {PULL}" in p.read_text() for p in ov.series)
@@ -77,7 +93,8 @@ def overlay(prepared, tmp_path):
 def test_prs_writes_normal_context_mboxes_and_pr_md_that_reapply_to_the_same_post_images(overlay, tmp_path):
     ov, base, tree = overlay
     out = tmp_path / "out"
-    lines = _ok(*base, "prs", "--out", str(out)).splitlines()
+    env = _sender_env(tmp_path)
+    lines = _ok(*base, "prs", "--out", str(out), env=env).splitlines()
     folders = [out / "sglang" / p.stem for p in ov.series]
     assert lines == [
         f"wrote {folders[0]}/: [Model] Fix line 10 (2 file(s), +3 -1); open upstream as {PULL}",
@@ -91,21 +108,49 @@ def test_prs_writes_normal_context_mboxes_and_pr_md_that_reapply_to_the_same_pos
         assert [m.name for m in mboxes] == [git(tree, "log", "-1", "--format=0001-%f.patch", commit)]
         text = mboxes[0].read_text()
         assert "Subject: [PATCH] " in text and "@@ -" in text
-        for leak in ("Bug:", "Forwarded:", "base-commit:"):
+        assert f"\nFrom: {SENDER.name} <{SENDER.email}>\n" in text
+        for leak in ("Bug:", "Forwarded:", "Drop-when:", "base-commit:"):
             assert leak not in text, (folder.name, leak)
         pr = (folder / "PR.md").read_text()
         assert pr == _description().replace("\n\n", f"\n\nForwarded upstream as {PULL}.\n\n", 1)
         git(clone, "am", "-q", "--keep-non-patch", str(mboxes[0]))
         # the same post-image blobs: every file at this commit is the series' own
         assert git(clone, "rev-parse", "HEAD^{tree}") == git(tree, "rev-parse", f"{commit}^{{tree}}")
-        assert git(clone, "log", "-1", "--format=%s%n%an <%ae>", "HEAD") == git(
-            tree, "log", "-1", "--format=%s%n%an <%ae>", commit
+        assert git(clone, "log", "-1", "--format=%s%n%an <%ae>%n%ad", "HEAD") == git(
+            tree, "log", "-1", f"--format=%s%n{SENDER.name} <{SENDER.email}>%n%ad", commit
         )
     assert not list(out.glob("sglang/*/main"))  # no folder of this upstream moved
     # a second run replaces the target's folder with the same bytes
     before = snapshot(out)
-    _ok(*base, "prs", "--out", str(out))
+    _ok(*base, "prs", "--out", str(out), env=env)
     assert snapshot(out) == before
+
+
+def test_prs_takes_the_git_identity_of_the_checkout_it_runs_in(overlay, tmp_path):
+    """The checkout's own user.name / user.email win over the user's; with either unset nowhere, one line
+    names it and nothing is written."""
+    ov, base, _ = overlay
+    work = tmp_path / "work"
+    work.mkdir()
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    subprocess.run(["git", "-C", str(work), "config", "user.name", "Local Name"], check=True)
+    subprocess.run(["git", "-C", str(work), "config", "user.email", "local@example.org"], check=True)
+    out = tmp_path / "out"
+    _ok(*base, "prs", "--out", str(out), env=_sender_env(tmp_path), cwd=work)
+    mboxes = sorted(out.glob("sglang/*/*.patch"))
+    assert mboxes and all("\nFrom: Local Name <local@example.org>\n" in m.read_text() for m in mboxes)
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for config, missing in (("", "user.name"), ("[user]\n\tname = Only Name\n", "user.email")):
+        env = _git_config(tmp_path, f"{missing}.gitconfig", config)
+        gone = tmp_path / f"out-{missing}"
+        line = one_error(cli(*base, "prs", "--out", str(gone), env=env, cwd=bare))
+        assert line == (
+            f"`sgl-overlay prs` writes each pull request as you, and git has no {missing} in {bare}; set it "
+            f"(`git config --global {missing} ...`, or in that checkout), then run it again"
+        )
+        assert not gone.exists()
 
 
 @pytest.mark.parametrize(
@@ -138,7 +183,7 @@ def test_a_missing_or_malformed_description_is_refused_with_one_line_and_nothing
     else:
         path.write_text(text)
     out = tmp_path / "out"
-    proc = cli(*base, "prs", "--out", str(out))
+    proc = cli(*base, "prs", "--out", str(out), env=_sender_env(tmp_path))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("sgl-overlay: error: "), proc.stderr
@@ -150,13 +195,65 @@ def test_a_missing_or_malformed_description_is_refused_with_one_line_and_nothing
 def test_the_issue_may_be_named_by_its_url_or_fixes(overlay, link, tmp_path):
     ov, base, _ = overlay
     ov.series[1].with_suffix(".pr.md").write_text(_description(fixes=link))
-    _ok(*base, "prs", "--out", str(tmp_path / "out"))
+    _ok(*base, "prs", "--out", str(tmp_path / "out"), env=_sender_env(tmp_path))
+
+
+def _review(fixes: str = "Issue #7.", sections=prs.REVIEW_SECTIONS) -> str:
+    body = "".join(f"## {name}\n\n{fixes if name == 'Why' else 'Text.'}\n\n" for name in sections)
+    return f"# Review of example/sglang#9: what to change there\n\n{body}"
+
+
+def test_a_review_of_an_open_pull_request_is_written_as_review_md_with_the_command_that_posts_it(overlay, tmp_path):
+    ov, base, _ = overlay
+    ov.series[1].with_suffix(".pr.md").write_text(_review())
+    out = tmp_path / "out"
+    lines = _ok(*base, "prs", "--out", str(out), env=_sender_env(tmp_path)).splitlines()
+    folder = out / "sglang" / ov.series[1].stem
+    assert lines[1] == (
+        f"wrote {folder}/: Review of example/sglang#9: what to change there (2 file(s), +2 -2); sent upstream as {PULL}"
+    )
+    names = sorted(p.name for p in folder.iterdir())
+    assert names[1:] == ["REVIEW.md"] and names[0].endswith(".patch"), names
+    assert (folder / "REVIEW.md").read_text() == _review().replace("\n\n", f"\n\nForwarded upstream as {PULL}.\n\n", 1)
+    assert (out / "sglang" / ov.series[0].stem / "PR.md").is_file()  # the other patch opens its own
+
+
+def test_a_review_not_yet_sent_names_the_command_that_posts_it(overlay, tmp_path):
+    ov, base, tree = overlay
+    patch = ov.series[1]
+    patch.write_text(patch.read_text().replace(f"Forwarded: {PULL}", "Forwarded: not-yet"))
+    patch.with_suffix(".pr.md").write_text(_review())
+    out = tmp_path / "out"
+    base = [*base[:-1], str(tmp_path / "trees3")]
+    _ok(*base, "fetch", "--offline")
+    _ok(*base, "apply")
+    line = _ok(*base, "prs", "--out", str(out), env=_sender_env(tmp_path)).splitlines()[1]
+    folder = out / "sglang" / patch.stem
+    assert line.endswith(
+        f"; post it on example/sglang#9 with `gh pr review 9 --repo example/sglang --comment --body-file "
+        f"{folder}/REVIEW.md` (the mbox beside it: the change it proposes)"
+    )
+    assert (folder / "REVIEW.md").read_text() == _review()
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (_review(sections=SECTIONS), f"has the sections {list(SECTIONS)}, a review has {list(prs.REVIEW_SECTIONS)}"),
+        (_review(fixes="An issue."), f"does not name the issue its patch fixes ({BUG}); add `#7` to `## Why`"),
+    ],
+)
+def test_a_malformed_review_is_refused_with_one_line(overlay, tmp_path, text, says):
+    ov, base, _ = overlay
+    ov.series[1].with_suffix(".pr.md").write_text(text)
+    line = one_error(cli(*base, "prs", "--out", str(tmp_path / "out"), env=_sender_env(tmp_path)))
+    assert says in line, line
 
 
 def test_strip_trailers_keeps_other_trailers_and_drops_an_emptied_paragraph():
-    msg = b"subject\n\nbody\n\nLink: x\nBug: y\nForwarded: z\n"
+    msg = b"subject\n\nbody\n\nLink: x\nBug: y\nForwarded: z\nDrop-when: w\n"
     assert prs.strip_trailers(msg) == b"subject\n\nbody\n\nLink: x\n"
-    assert prs.strip_trailers(b"subject\n\nbody\n\nBug: y\nForwarded: z\n") == b"subject\n\nbody\n"
+    assert prs.strip_trailers(b"subject\n\nbody\n\nBug: y\nForwarded: z\nDrop-when: w\n") == b"subject\n\nbody\n"
     assert prs.strip_trailers(b"Bug: not a trailer, the subject\n") == b"Bug: not a trailer, the subject\n"
 
 
@@ -188,7 +285,7 @@ def test_real_series_at_normal_context_reapplies_to_the_pinned_trees(tmp_path):
         git(tmp_path, "clone", "-q", "--shared", "--no-checkout", str(tree), str(clone))
         git(clone, "checkout", "-q", "upstream")
         series = git(tree, "rev-list", "--reverse", "upstream..HEAD").split()
-        for name, made, commit in zip(target.patches, prs.upstream_commits(target, tree), series):
+        for name, made, commit in zip(target.patches, prs.upstream_commits(target, tree, SENDER), series):
             mbox = subprocess.run(
                 [
                     "git",
@@ -206,6 +303,7 @@ def test_real_series_at_normal_context_reapplies_to_the_pinned_trees(tmp_path):
                 check=True,
             ).stdout
             assert "\nBug: " not in mbox and "\nForwarded: " not in mbox and "base-commit:" not in mbox
+            assert "\nDrop-when: " not in mbox
             if target.full_context:
                 assert len(mbox) < len((target.patch_dir / name).read_text()), name
             subprocess.run(["git", "-C", str(clone), "am", "-q", "--keep-non-patch"], input=mbox, text=True, check=True)
@@ -271,7 +369,8 @@ def test_check_upstream_main_sorts_applies_offsets_and_conflicts(overlay, tmp_pa
         "--main",
         str(tmp_path / "main"),
     ]
-    proc = subprocess.run([*args, "--write", str(doc)], capture_output=True, text=True)
+    env = {**os.environ, **_sender_env(tmp_path)}
+    proc = subprocess.run([*args, "--write", str(doc)], capture_output=True, text=True, env=env)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # a conflict
     rows = [line for line in doc.read_text().splitlines() if line.startswith("| sglang ")]
     assert len(rows) == 2
@@ -280,7 +379,7 @@ def test_check_upstream_main_sorts_applies_offsets_and_conflicts(overlay, tmp_pa
     assert "**conflicts**" in rows[1] and "hook.py" in rows[1]
     assert doc.read_text().startswith("# Upstream\n\nBefore.\n")
     # run again: the table is replaced, not appended
-    subprocess.run([*args, "--write", str(doc)], capture_output=True, text=True)
+    subprocess.run([*args, "--write", str(doc)], capture_output=True, text=True, env=env)
     assert doc.read_text().count("| target |") == 1
     listed = subprocess.run([*args[:-2], "--list"], capture_output=True, text=True, check=True).stdout.splitlines()
     assert "example/sglang python/sglang/model.py" in listed and "example/sglang test/test_model.py" in listed
@@ -292,11 +391,13 @@ def test_check_upstream_main_carries_a_3_way_merge_to_a_relative_folder(overlay,
     _main_files(tmp_path, MODEL_PY, edit_line(HOOK_PY, "hook 7\n", "hook 7 changed upstream\n"))
     script = REPO_ROOT / "scripts" / "check_upstream_main.py"
     args = [sys.executable, str(script), "--patches", str(ov.patches), "--trees", base[-1]]
+    env = {**os.environ, **_sender_env(tmp_path)}
     proc = subprocess.run(
-        [*args, "--main", "main", "--carry", "prs"], cwd=tmp_path, capture_output=True, text=True, check=True
+        [*args, "--main", "main", "--carry", "prs"], cwd=tmp_path, capture_output=True, text=True, check=True, env=env
     )
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| sglang ")]
     assert "**applies**" in rows[0] and "**applies with a 3-way merge**" in rows[1], proc.stdout
     carried = sorted((tmp_path / "prs" / "sglang").glob("*/main/*.patch"))
     assert [p.parent.parent.name for p in carried] == [ov.series[1].stem]
     assert "+hook 5 fixed\n" in carried[0].read_text() and " hook 7 changed upstream\n" in carried[0].read_text()
+    assert f"\nFrom: {SENDER.name} <{SENDER.email}>\n" in carried[0].read_text()

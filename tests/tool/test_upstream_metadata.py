@@ -1,4 +1,4 @@
-"""Where each patch stands upstream: one author, `Bug:` / `Forwarded:` trailers, `base-commit:`, the
+"""Where each patch stands upstream: no author, `Bug:` / `Forwarded:` / `Drop-when:` trailers, `base-commit:`, the
 manifest's `applied_upstream`, and a patch that no longer changes its pinned tree."""
 
 from __future__ import annotations
@@ -7,12 +7,11 @@ import re
 from pathlib import Path
 
 from sgl_overlay.manifest import load_manifest
-from sgl_overlay.series import BUG, FORWARDED, NOT_YET, Series, read_patch
-from synth import MODEL_PY, Overlay, blob, cli, edit_line, git, make_overlay, one_error, pin_wheel, snapshot
+from sgl_overlay.series import BUG, FORWARDED, NO_AUTHOR, NOT_YET, Series, read_patch
+from synth import MODEL_PY, Overlay, blob, cli, clone, edit_line, git, make_overlay, one_error, pin_wheel, snapshot
 
 REPO_PATCHES = Path(__file__).resolve().parents[2] / "patches"
 URL = re.compile(r"https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+")
-IDENTITY = "Overlay Maintainers <overlay@users.noreply.github.com>"
 
 
 def _ok(*args: str) -> str:
@@ -35,11 +34,9 @@ def _laid_out(tmp: Path, ov: Overlay | None = None, trees: str = "trees") -> tup
 # ----------------------------------------------------------------------------- the real series
 
 
-def test_every_patch_is_by_the_project_identity_and_says_where_it_stands_upstream():
+def test_no_patch_names_an_author_and_each_says_where_it_stands_upstream():
     manifest = load_manifest(REPO_PATCHES)
-    identity = manifest.identity
-    assert re.fullmatch(r"[\w -]+ <[\w.+-]+@[\w.-]+>", identity), identity
-    assert not re.search(r"example|localhost", identity), identity
+    assert "identity" not in manifest.path.read_text()
     for target in manifest.targets.values():
         series = Series.read(target)
         bases = {p.base_commit for p in series.patches}
@@ -48,46 +45,49 @@ def test_every_patch_is_by_the_project_identity_and_says_where_it_stands_upstrea
             assert {p.base_commit for p in series.patches} == {target.commit}
         trailers = {}
         for patch in series.patches:
-            assert patch.author == identity, (patch.label, patch.author)
+            assert patch.author == NO_AUTHOR, (patch.label, patch.author)
             for key in (BUG, FORWARDED):
                 value = patch.trailer(key)
                 assert value == NOT_YET or URL.fullmatch(value), (patch.label, key, value)
-            trailers[patch.path.name] = (patch.trailer(BUG), patch.trailer(FORWARDED))
+            assert len(patch.drop_when) > 20, (patch.label, patch.drop_when)  # says which upstream change
+            trailers[patch.path.name] = (patch.trailer(BUG), patch.trailer(FORWARDED), patch.drop_when)
         for variant in target.matrix.variants:
             port = read_patch(target.patch_dir / variant.file)
-            assert port.author == identity, (port.label, port.author)
-            assert (port.trailer(BUG), port.trailer(FORWARDED)) == trailers[variant.patch], port.label
+            assert port.author == NO_AUTHOR, (port.label, port.author)
+            assert (port.trailer(BUG), port.trailer(FORWARDED), port.drop_when) == trailers[variant.patch], port.label
             assert re.fullmatch(r"[0-9a-f]{40}", port.base_commit) and port.base_commit not in bases, port.label
 
 
 # ----------------------------------------------------------------------------- export
 
 
-def test_export_writes_identity_trailers_and_base_commit_and_reexports_byte_for_byte(tmp_path):
+def test_export_writes_no_author_trailers_and_base_commit_and_reexports_byte_for_byte(tmp_path):
     ov, base, tree = _laid_out(tmp_path)
-    manifest = ov.patches / "manifest.toml"
-    manifest.write_text(manifest.read_text().replace("schema = 1\n", f'schema = 1\nidentity = "{IDENTITY}"\n', 1))
     before = snapshot(ov.patches)
-    line = one_error(cli(*base, "export"))
-    assert re.fullmatch(
-        r"sglang: the message of 0001-model-fix-line-10\.patch has no `Bug:` trailer; end it "
-        r"with `Bug: <issue URL>` and `Forwarded: <pull request URL>` \(`not-yet` where there is none: "
-        r"`git rebase -i upstream`, reword\), then export again",
-        line,
+    missing = (
+        "sglang: the message of 0001-model-fix-line-10.patch has no `{key}:` trailer; end it with `Bug: <issue "
+        "URL>`, `Forwarded: <pull request URL>` (`not-yet` where there is none) and `Drop-when: <the upstream "
+        "change or release that makes it unneeded>` (`git rebase -i upstream`, reword), then export again"
     )
+    assert one_error(cli(*base, "export")) == missing.format(key="Bug")
     assert snapshot(ov.patches) == before
 
-    # The maintainer adds the trailers (their own identity commits them), then exports.
+    # The maintainer adds the trailers (their own identity commits them), then exports: Drop-when too.
     amend = "git commit -q --amend --no-edit --trailer 'Bug: not-yet' --trailer 'Forwarded: https://e.com/pull/2'"
+    git(tree, "-c", "core.editor=true", "rebase", "-q", "upstream", "--exec", amend)
+    assert one_error(cli(*base, "export")) == missing.format(key="Drop-when")
+    assert snapshot(ov.patches) == before
+    amend = "git commit -q --amend --no-edit --trailer 'Drop-when: sglang 1.1 has it'"
     git(tree, "-c", "core.editor=true", "rebase", "-q", "upstream", "--exec", amend)
     _ok(*base, "export")
     upstream = git(tree, "rev-parse", "upstream")
     for path in ov.series:
         patch = read_patch(path)
-        assert patch.author == IDENTITY
-        assert (patch.trailer("Bug"), patch.forwarded, patch.base_commit) == (
+        assert patch.author == NO_AUTHOR and f"\nFrom: {NO_AUTHOR}\n" in path.read_text()
+        assert (patch.trailer("Bug"), patch.forwarded, patch.drop_when, patch.base_commit) == (
             "not-yet",
             "https://e.com/pull/2",
+            "sglang 1.1 has it",
             upstream,
         )
     # What `git format-patch --base` itself writes for the first patch of the series.
@@ -95,7 +95,7 @@ def test_export_writes_identity_trailers_and_base_commit_and_reexports_byte_for_
     first = ov.series[0].read_text()
     assert first.replace("[PATCH 1/2]", "[PATCH]") == by_git + "\n"
     assert git(tree, "log", "--format=%an <%ae>|%cn|%cd", "--date=raw", "upstream..HEAD").splitlines() == [
-        f"{IDENTITY}|sgl-overlay|{git(tree, 'log', '-1', '--format=%ad', '--date=raw', c)}"
+        f"{NO_AUTHOR}|sgl-overlay|{git(tree, 'log', '-1', '--format=%ad', '--date=raw', c)}"
         for c in git(tree, "rev-list", "upstream..HEAD").split()
     ]
     _ok(*base, "verify")
@@ -125,23 +125,40 @@ def test_verify_refuses_a_base_commit_that_is_not_the_series_base(tmp_path):
 # ----------------------------------------------------------------------------- applied upstream
 
 
-def test_status_shows_applied_upstream_from_the_manifest(tmp_path):
-    ov, base, _ = _laid_out(tmp_path)
+def test_status_says_when_each_patch_can_go_and_once_upstream_holds_it_that_it_can(tmp_path):
+    """On a user's checkout: each patch's `Drop-when:`; once the manifest's applied_upstream names the release
+    that holds a patch, `drop: upstream since` it."""
+    ov, base, tree = _laid_out(tmp_path)
+    drop_when = ("sglang 1.1 releases example/sglang#8", "a sglang release with the hook fix")
+    amend = (  # each commit its own Drop-when, by its subject
+        f"case $(git log -1 --format=%s) in model*) w='{drop_when[0]}';; *) w='{drop_when[1]}';; esac; "
+        "git commit -q --amend --no-edit --trailer 'Bug: not-yet' --trailer 'Forwarded: not-yet' "
+        '--trailer "Drop-when: $w"'
+    )
+    git(tree, "-c", "core.editor=true", "rebase", "-q", "upstream", "--exec", amend)
+    _ok(*base, "export")
+    assert [read_patch(p).drop_when for p in ov.series] == list(drop_when)
+    checkout = clone(ov.upstream, tmp_path / "checkout")
+    status = [*base, "status", "--checkout", str(checkout)]
+    rows = [line for line in _ok(*status).splitlines() if ".patch" in line]
+    assert [row.split()[0] for row in rows] == ["applicable", "applicable"]
+    assert rows[0].endswith(
+        "upstream: not applied, not forwarded; left: open its pull request (`sgl-overlay prs` writes it); "
+        f"drop when: {drop_when[0]}"
+    )
+    assert rows[1].endswith(f"; drop when: {drop_when[1]}")
     manifest = ov.patches / "manifest.toml"
-    out = _ok(*base, "status")
-    assert out.count("upstream: not applied, not forwarded") == 2
     manifest.write_text(
         manifest.read_text()
-        + f'\n[targets.sglang.applied_upstream]\n"{ov.series[0].name}" = "https://e.com/pull/1 (sglang 1.1)"\n'
+        + f'\n[targets.sglang.applied_upstream]\n"{ov.series[0].name}" = "sglang 1.1 (https://e.com/pull/8)"\n'
     )
-    rows = [line for line in _ok(*base, "status").splitlines() if ".patch" in line]
-    assert rows[0].endswith(
-        f"{ov.series[0].name}  ({git(tmp_path / 'trees/sglang', 'rev-parse', 'HEAD~1')[:12]})"
-        "  upstream: applied in https://e.com/pull/1 (sglang 1.1); left: drop it once the pinned version has it"
+    _ok(*base, "apply", "--checkout", str(checkout))
+    rows = [line for line in _ok(*status).splitlines() if ".patch" in line]
+    assert rows[0].startswith("  applied ") and rows[0].endswith(
+        f"{ov.series[0].name}  ({git(checkout, 'rev-parse', 'HEAD~1')[:12]})  drop: upstream since sglang 1.1 "
+        "(https://e.com/pull/8)"
     )
-    assert rows[1].endswith(
-        "upstream: not applied, not forwarded; left: open its pull request (`sgl-overlay prs` writes it)"
-    )
+    assert rows[1].endswith(f"; drop when: {drop_when[1]}")
 
 
 def test_applied_upstream_naming_no_patch_of_the_series_is_refused(tmp_path):
@@ -186,7 +203,7 @@ def test_verify_fails_on_a_patch_that_changes_nothing(tmp_path):
     noop = ov.patches / "sglang" / "0003-model-no-change.patch"
     noop.write_text(
         "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
-        f"From: {IDENTITY}\nDate: Tue, 1 Dec 2026 00:00:00 +0000\nSubject: [PATCH 3/3] model: no change\n\n"
+        f"From: {NO_AUTHOR}\nDate: Tue, 1 Dec 2026 00:00:00 +0000\nSubject: [PATCH 3/3] model: no change\n\n"
         "Bug: not-yet\nForwarded: not-yet\n---\n"
         "diff --git a/python/sglang/model.py b/python/sglang/model.py\n"
         f"index {same}..{same} 100644\n--- a/python/sglang/model.py\n+++ b/python/sglang/model.py\n"

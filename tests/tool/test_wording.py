@@ -31,8 +31,10 @@ from sgl_overlay.tree import PreimageMismatch
 from sgl_overlay.verify import Unproven
 
 CO = Path("/co")
-P1 = SimpleNamespace(label="sglang/0001-a.patch", applied_upstream="", forwarded="https://example.com/pull/1")
-P2 = SimpleNamespace(label="sglang/0002-b.patch", applied_upstream="", forwarded="")
+P1 = SimpleNamespace(
+    label="sglang/0001-a.patch", applied_upstream="", forwarded="https://example.com/pull/1", drop_when="a"
+)
+P2 = SimpleNamespace(label="sglang/0002-b.patch", applied_upstream="", forwarded="", drop_when="")
 DIFFERS = PreimageDiffers("sglang", PreimageMismatch("python/sglang/a.py", "aaaa", "bbbb"))
 SHA = "0123456789abcdef0123"
 FORK = Aside(folder="sgl-kernel", project="kvcache-ai/sglang", upstream="sgl-project/sglang")
@@ -61,17 +63,19 @@ def test_status_lines():
         "below read the working files, not HEAD; apply and revert refuse until they are committed or stashed",
         "sglang in /co:",
         "  applied              sglang/0001-a.patch  (0123456789ab)  upstream: not applied, forwarded as "
-        "https://example.com/pull/1; left: its review and merge there",
+        "https://example.com/pull/1; left: its review and merge there; drop when: a",
         "  conflicting          sglang/0002-b.patch  (x:1)  upstream: not applied, not forwarded; left: open its pull "
         "request (`sgl-overlay prs` writes it)",
         f"sgl-kernel in /co (optional here: {WHY}; only `-t sgl-kernel` applies it):",
         "  applicable           sglang/0001-a.patch  upstream: not applied, forwarded as https://example.com/pull/1; "
-        "left: its review and merge there",
+        "left: its review and merge there; drop when: a",
         "warning: sglang: pre-image differs: python/sglang/a.py: expected blob aaaa, found bbbb",
     ]
     assert not report.ok  # a required patch conflicts; the optional target's state does not count
-    merged = SimpleNamespace(label="sglang/0001-a.patch", applied_upstream="0.5.24", forwarded="https://e.com/pull/1")
-    assert wording.upstream_of(merged) == "upstream: applied in 0.5.24; left: drop it once the pinned version has it"
+    merged = SimpleNamespace(
+        label="sglang/0001-a.patch", applied_upstream="0.5.24", forwarded="https://e.com/pull/1", drop_when="a"
+    )
+    assert wording.upstream_of(merged) == "drop: upstream since 0.5.24"
     assert StatusReport(CO, None, None, [TargetStatus("k", FORK, [PatchStatus(P1, State.ABSENT)])], []).ok
 
 
