@@ -63,14 +63,13 @@ REDUNDANT_LINE = (
     "GPU-expert masks and the CPU experts cover the model's logical experts, not redundant physical "
     "copies. Set --ep-num-redundant-experts 0; place GPU experts with --kt-expert-placement-strategy."
 )
-FOUR_NAMES = "w13_weight, w13_weight_scale, w2_weight, w2_weight_scale"
 
 
-def full_prefill_line(method, unloaded, loaded=FOUR_NAMES):
+def full_prefill_line(method, unloaded):
     return (
         f"--kt-gpu-prefill-token-threshold does not support {method} GPU experts: the full-GPU prefill layer "
-        f"loads {loaded} of each expert, not {unloaded}, so every expert computes with unloaded values. Drop "
-        "--kt-gpu-prefill-token-threshold; prefill then runs on the hybrid CPU/GPU path."
+        f"does not load {unloaded}. Drop --kt-gpu-prefill-token-threshold; prefill then runs on the hybrid "
+        "CPU/GPU path."
     )
 
 

@@ -1,0 +1,37 @@
+"""sglang 0004: ``ExpertLocationMetadata.logical_to_all_physical(require_global_experts=True)``
+names the global-expert rows (the ModelOpt NVFP4 MoE input scales) by the physical-to-logical
+map. The patch's own unit test, taken from the patched tree (upstream's layout, CPU only, no
+stand-ins beyond the model-registry lookup it patches), passes on the patched package and fails
+on stock, where every non-trivial placement of its grid writes a row with another expert's scale
+and every trivial one is right."""
+
+import pytest
+
+from helpers import in_patch_test, run_pytest, side_by_side
+
+TARGET = "sglang"
+REL = "test/registered/unit/eplb/test_expert_location_global_experts.py"
+
+
+@pytest.fixture(scope="module")
+def runs(stock_root, patched_root, tmp_path_factory):
+    roots = {"stock": stock_root(TARGET), "patched": patched_root(TARGET)}
+    test_file = in_patch_test(TARGET, REL)
+    return side_by_side(
+        {
+            label: lambda root=root, cwd=tmp_path_factory.mktemp(label): run_pytest([root], test_file, cwd)
+            for label, root in roots.items()
+        }
+    )
+
+
+def test_in_patch_test_passes_on_patched(runs):
+    proc = runs["patched"]
+    assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout[-3000:]
+
+
+def test_in_patch_test_fails_on_stock(runs):
+    proc = runs["stock"]
+    assert proc.returncode == 1 and "2 failed" in proc.stdout, proc.stdout[-3000:]
+    assert "144 of 168 placements write a global row with another expert" in proc.stdout, proc.stdout[-3000:]
+    assert "[[0, 4], [1, 5], [2], [3]] != [[1, 5], [3], [0, 4], [2]]" in proc.stdout, proc.stdout[-3000:]
