@@ -20,19 +20,30 @@ import torch
 def _rank_main(work: Callable[[int, dict], None], rank: int, world: int, port: int, timeout: float, queue) -> None:
     torch.set_num_threads(1)
     out: dict = {"error": None}
+    store = None
     try:
+        store = torch.distributed.TCPStore(
+            "127.0.0.1", port, world, is_master=rank == 0, timeout=timedelta(seconds=timeout)
+        )
         torch.distributed.init_process_group(
-            "gloo",
-            init_method=f"tcp://127.0.0.1:{port}",
-            rank=rank,
-            world_size=world,
-            timeout=timedelta(seconds=timeout),
+            "gloo", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=timeout)
         )
         work(rank, out)
     except Exception as exc:  # noqa: BLE001 - reported to the test
         out["error"] = f"{type(exc).__name__}: {exc}"
         out["traceback"] = traceback.format_exc()[-2000:]
     queue.put((rank, out))
+    if store is None:
+        return
+    if rank != 0:
+        store.add("left", 1)
+    elif out["error"] is None:
+        # Rank 0 hosts the store: having finished, it stays until every rank that got this far
+        # has left it, so that no peer still using the store is cut off. (A rank 0 that failed
+        # leaves at once: peers waiting on it in a collective see its connections close.)
+        end = time.monotonic() + timeout
+        while store.add("left", 0) < world - 1 and time.monotonic() < end:
+            time.sleep(0.01)
 
 
 def run_ranks(work: Callable[[int, dict], None], world: int, timeout: float, deadline: float) -> dict:

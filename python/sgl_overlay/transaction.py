@@ -85,6 +85,17 @@ def _refuse_leftover(repo: Path, otherwise: Why, **facts: object) -> OverlayErro
     return OverlayError(Why.LEFTOVER, left=left) if left else OverlayError(otherwise, **facts)
 
 
+_LOCK_TRIES = 3
+
+
+def _link_lock(mine: Path, lock: Path) -> None:
+    try:
+        os.link(mine, lock)
+    except (PermissionError, NotImplementedError):  # a file system without hard links
+        with os.fdopen(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644), "w") as f:
+            f.write(mine.read_text())
+
+
 @contextlib.contextmanager
 def locked(repo: Path, command: str) -> Iterator[None]:
     """Hold `repo`'s lock for the body; refuses (one line, exit 1) a lock another run holds or a
@@ -97,11 +108,17 @@ def locked(repo: Path, command: str) -> Iterator[None]:
         fd = os.open(mine, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         with os.fdopen(fd, "w") as f:
             json.dump({**records.me(), "command": command, "started": time.time()}, f)
-        try:
-            os.link(mine, lock)
-        except (PermissionError, NotImplementedError):  # a file system without hard links
-            with os.fdopen(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644), "w") as f:
-                f.write(mine.read_text())
+        for attempt in range(_LOCK_TRIES):
+            try:
+                _link_lock(mine, lock)
+                break
+            except FileExistsError:
+                # A lock that went before it could be read was a run that just ended: try again.
+                left = leftover(repo)
+                if left:
+                    raise OverlayError(Why.LEFTOVER, left=left) from None
+                if attempt == _LOCK_TRIES - 1:
+                    raise OverlayError(Why.LOCK_RACE, lock=lock) from None
     except FileExistsError:
         raise _refuse_leftover(repo, Why.LOCK_RACE, lock=lock) from None
     except OSError as exc:
