@@ -198,7 +198,7 @@ def test_the_issue_may_be_named_by_its_url_or_fixes(overlay, link, tmp_path):
     _ok(*base, "prs", "--out", str(tmp_path / "out"), env=_sender_env(tmp_path))
 
 
-def _review(fixes: str = "Issue #7.", sections=prs.REVIEW_SECTIONS) -> str:
+def _review(fixes: str = f"See {BUG}.", sections=prs.REVIEW_SECTIONS) -> str:
     body = "".join(f"## {name}\n\n{fixes if name == 'Why' else 'Text.'}\n\n" for name in sections)
     return f"# Review of example/sglang#9: what to change there\n\n{body}"
 
