@@ -81,7 +81,7 @@ def write_sources(dest: Path) -> None:
 
 
 def _top_level_names(node) -> list[str]:
-    if isinstance(node, ast.FunctionDef):
+    if isinstance(node, ast.FunctionDef | ast.ClassDef):
         return [node.name]
     if isinstance(node, ast.Assign):
         return [t.id for t in node.targets if isinstance(t, ast.Name)]
@@ -105,8 +105,16 @@ def caller(tree: str, rev: str):
     for node in wanted:
         start = node.decorator_list[0].lineno if getattr(node, "decorator_list", None) else node.lineno
         segments.append("\n".join(src.splitlines()[start - 1 : node.end_lineno]))
+    # the module's own imports of the standard library and torch (the rest is sglang's)
+    imports = [
+        ast.get_source_segment(src, n)
+        for n in ast.parse(src).body
+        if isinstance(n, ast.Import | ast.ImportFrom)
+        and (n.module or "" if isinstance(n, ast.ImportFrom) else n.names[0].name).split(".")[0]
+        in (sys.stdlib_module_names - {"__future__"}) | {"torch"}
+    ]
     module = types.ModuleType(f"caller_{tree}_{rev}")
-    code = "import functools\nfrom typing import List, Tuple\n\nimport torch\n\n\n" + "\n\n\n".join(segments)
+    code = "\n".join(imports) + "\n\n\n" + "\n\n\n".join(segments)
     exec(compile(code, f"{tree}@{rev}:{DEEP_GEMM}", "exec"), module.__dict__)
     return module.copy_list_to_gpu_no_ce, "\n\n\n".join(segments)
 
