@@ -36,7 +36,7 @@ try:  # Ctrl-C while the modules load is one line too
         wording,
     )
     from sgl_overlay.checkout import Checkout, detect
-    from sgl_overlay.errors import Interrupted, OverlayError, UsageError, Why
+    from sgl_overlay.errors import Interrupted, OverlayError, UsageError
     from sgl_overlay.manifest import Kind, Manifest, load_manifest
     from sgl_overlay.places import places
     from sgl_overlay.series import Series
@@ -66,7 +66,7 @@ class Context:
         for target in self.manifest.select(args.target):
             path = self.trees / target.name
             if not tree.is_ready(path, target):
-                raise OverlayError(Why.NO_TREE, target=target.name, path=path)
+                raise OverlayError(f"no tree for {target.name} at {path}; run `sgl-overlay fetch` first")
             result.append(detect(path, self.manifest))
         return result
 
@@ -252,7 +252,7 @@ def _python_version(text: str) -> tuple[int, int]:
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # usage errors exit 2 with one line + hint
         self.print_usage(sys.stderr)
-        raise UsageError(Why.USAGE, message=message, prog=self.prog)
+        raise UsageError(f"{message}; see `{self.prog} --help`")
 
 
 Command = Callable[[argparse.Namespace, Context], int]
@@ -389,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         at = places(manifest.path, args.trees, args.cache)
         return _finish(args, args.func(args, Context(manifest, at.root, at.trees, at.cache)))
     except OverlayError as exc:
-        print(wording.failed(wording.error(exc)), file=sys.stderr)
+        print(wording.failed(str(exc)), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(wording.INTERRUPTED, file=sys.stderr)

@@ -12,7 +12,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from sgl_overlay import subproc, wording
-from sgl_overlay.errors import OverlayError, Why
+from sgl_overlay.errors import OverlayError
 from sgl_overlay.manifest import Kind, PinnedWheel, Target
 
 
@@ -42,8 +42,14 @@ def download(requirement: str, tags_like: str, cache: Path) -> Path:
         if proc.returncode != 0 or len(got) != 1:
             full = short_of_space([Path(tempfile.gettempdir()), cache])
             if full:
-                raise OverlayError(Why.DISK_FULL, requirement=requirement, folder=full[0], free=full[1])
-            raise OverlayError(Why.DOWNLOAD_FAILED, requirement=requirement, reason=subproc.failure_reason(proc))
+                raise OverlayError(
+                    f"pip could not download {requirement}: only {full[1] // (1024 * 1024)} MB free in {full[0]}, and "
+                    "pip reports a full disk as a connectivity problem; free some space and run again"
+                )
+            raise OverlayError(
+                f"pip could not download {requirement}: {subproc.failure_reason(proc)}; check the network, or put the "
+                "wheel into the cache folder by hand"
+            )
         return Path(shutil.move(got[0], cache / got[0].name))
 
 
@@ -68,17 +74,25 @@ def fetch_wheel(target: Target, cache: Path, offline: bool = False, pin: PinnedW
     cached = dest.exists()
     if not cached:
         if offline:
-            raise OverlayError(Why.OFFLINE_NOT_CACHED, file=pin.file, cache=cache)
+            raise OverlayError(
+                f"{pin.file} is not in the cache {cache} and --offline was given; run `sgl-overlay fetch` online once"
+            )
         print(wording.downloading(target.name, target.requirement, pin.file), flush=True)
         got = download(target.requirement, pin.file, cache)
         if got.name != pin.file:
             got.unlink()
-            raise OverlayError(Why.OTHER_WHEEL_DOWNLOADED, got=got.name, requirement=target.requirement, file=pin.file)
+            raise OverlayError(
+                f"pip downloaded {got.name} for {target.requirement}, the manifest pins {pin.file}; check the pin in "
+                "patches/manifest.toml"
+            )
     found = sha256_of(dest)
     if found != pin.sha256:
         if not cached:  # a fresh download that fails its pin is not kept
             dest.unlink()
-        raise OverlayError(Why.SHA256_MISMATCH, file=pin.file, expected=pin.sha256, found=found, dest=dest)
+        raise OverlayError(
+            f"sha256 mismatch for {pin.file}: expected {pin.sha256}, found {found}; delete {dest} and run "
+            "`sgl-overlay fetch` again (or check the pin in patches/manifest.toml)"
+        )
     print(wording.fetched(target.name, pin.file, None if cached else dest.stat().st_size), flush=True)
     return dest
 
@@ -98,7 +112,7 @@ def _cached_wheel(cache: Path, dist: str, version: str) -> Path | None:
         if name == dist and ver == Version(version):
             found.append(p)
     if len(found) > 1:
-        raise OverlayError(Why.SEVERAL_CACHED, dist=dist, version=version, cache=cache, files=[p.name for p in found])
+        raise OverlayError(f"several wheels of {dist} {version} in {cache}: {[p.name for p in found]}; keep one")
     return found[0] if found else None
 
 
@@ -111,7 +125,7 @@ def fetch_version_wheel(target: Target, version: str, cache: Path, offline: bool
     path = _cached_wheel(cache, dist, version)
     if path is None:
         if offline:
-            raise OverlayError(Why.OFFLINE_NO_VERSION, dist=dist, version=version, cache=cache)
+            raise OverlayError(f"no wheel of {dist} {version} in {cache} and --offline was given")
         requirement = f"{dist}=={version}"
         print(wording.downloading(target.name, requirement), flush=True)
         path = download(requirement, target.wheel, cache)

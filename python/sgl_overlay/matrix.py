@@ -19,7 +19,7 @@ from xml.etree import ElementTree
 from packaging.version import InvalidVersion, Version
 
 from sgl_overlay import fetch, gitutil, subproc, transaction, tree, wording
-from sgl_overlay.errors import OverlayError, UsageError, Why
+from sgl_overlay.errors import OverlayError, UsageError
 from sgl_overlay.manifest import Kind, Manifest, MatrixSpec, PinnedWheel, Target
 from sgl_overlay.scratch import folder
 from sgl_overlay.series import Patch, Series
@@ -192,7 +192,7 @@ def _differs_from_pin(patch: Patch, vtree: Path, at_version: Target) -> list[str
 def classify(st: PatchStatus, vtree: Path, at_version: Target) -> Cell:
     """The cell of one patch in a tree freshly reset to `upstream` (so no commit of the tool's is there yet)."""
     if st.state in ON_TOP:
-        raise OverlayError(Why.MATRIX_UNEXPECTED_STATE, patch=st.patch.label, state=st.state)
+        raise OverlayError(f"{st.patch.label}: unexpected state {st.state.value} in a fresh matrix tree")
     differ = _differs_from_pin(st.patch, vtree, at_version) if st.state == State.APPLICABLE else []
     outcome = Outcome.of(st.state, at_pin=not differ)
     match outcome:
@@ -220,7 +220,7 @@ def apply_and_commit(vtree: Path, patch: Patch) -> str:
             if proc.returncode != 0:
                 raise _AmStopped(proc)
     except _AmStopped as stop:
-        return wording.am_stop(transaction.am_failure(stop.proc))
+        return transaction.am_failure(stop.proc).reason()
     finally:
         subproc.release()  # the cell is settled: Ctrl-C stops the matrix again
     return ""
@@ -392,7 +392,7 @@ def run_target(target: Target, spec: MatrixSpec, opts: Options, log: Log = print
         try:
             vt = pinned if version == target.pinned else lay_out_version(target, spec, version, opts, log)
         except OverlayError as exc:  # recorded; the run goes on and fails at the end
-            run.versions.append(VersionRun(version=version, error=wording.error(exc)))
+            run.versions.append(VersionRun(version=version, error=str(exc)))
             log(wording.matrix_failed(target.name, version, exc))
             continue
         run.versions.append(vt.run)
@@ -407,7 +407,10 @@ def run_matrix(
 ) -> list[TargetRun]:
     selected = manifest.select(names)
     if unknown := sorted(set(versions) - {t.name for t in selected}):
-        raise UsageError(Why.VERSIONS_UNKNOWN_TARGET, name=unknown[0], selected=[t.name for t in selected])
+        raise UsageError(
+            f"--versions names {unknown[0]!r}, which is not among the selected targets "
+            f"({', '.join(t.name for t in selected)})"
+        )
     runs = []
     t0 = time.monotonic()
     for target in selected:
@@ -431,7 +434,7 @@ def parse_versions(values: list[str] | None, names: list[str] | None) -> dict[st
         name, sep, rest = value.partition("=")
         if not sep:
             if not names or len(names) != 1:
-                raise UsageError(Why.VERSIONS_NEED_TARGET, value=value)
+                raise UsageError(f"--versions {value}: name the target (T=V1,V2) or pass exactly one --target")
             name, rest = names[0], value
         result.setdefault(name, []).extend(v.strip() for v in rest.split(",") if v.strip())
     return result

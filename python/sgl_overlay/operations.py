@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sgl_overlay import gitutil, records, subproc, transaction
 from sgl_overlay.checkout import Aside, Checkout, ensure_hooks_run, ensure_writable
-from sgl_overlay.errors import OverlayError, Why
+from sgl_overlay.errors import OverlayError, some
 from sgl_overlay.manifest import Target
 from sgl_overlay.series import Patch
 from sgl_overlay.states import BLOCKED, IN, PENDING, Content, PatchStatus, Standing, State, content_of, series_status
@@ -42,6 +42,9 @@ class PreimageDiffers:
 
     target: str
     mismatch: PreimageMismatch
+
+    def line(self) -> str:
+        return f"{self.target}: pre-image differs: {self.mismatch.line()}"
 
 
 def preimage_warnings(co: Checkout, sv: Survey) -> list[PreimageDiffers]:
@@ -174,7 +177,7 @@ def plan(co: Checkout, strict: bool) -> tuple[list[tuple[Path, tuple[str, ...]]]
     sv = survey(co)
     warnings = preimage_warnings(co, sv)
     if strict and warnings:
-        raise OverlayError(Why.STRICT, differs=warnings[0])
+        raise OverlayError(f"{warnings[0].line()} (--strict); use the pinned upstream version or drop --strict")
     to_apply: list[tuple[Path, tuple[str, ...]]] = []
     for target in co.required:
         name, rows = target.name, sv.rows[target.name]
@@ -182,27 +185,21 @@ def plan(co: Checkout, strict: bool) -> tuple[list[tuple[Path, tuple[str, ...]]]
         pending = [r for r in rows if r.state in PENDING]
         older = [r for r in rows if r.state == State.OLDER]
         if older:  # (what else conflicts here may be that older version's doing)
-            raise OverlayError(Why.OLDER_APPLIED, checkout=co.path, patches=[r.patch.label for r in older])
+            raise OverlayError(f"{older_applied(co.path, [r.patch.label for r in older])} (tree left unchanged)")
         for r in rows:
             if r.state == State.ABSENT:
                 raise OverlayError(
-                    Why.FILE_ABSENT,
-                    patch=r.patch.label,
-                    file=r.detail,
-                    checkout=co.path,
-                    target=name,
-                    alone=_other_targets(co, sv, name),
+                    f"{r.patch.label}: missing file {r.detail} in {co.path}; this checkout is not a version the "
+                    f"{name} patches support (see `sgl-overlay status`){_alone(co, sv, name)}"
                 )
             if r.state == State.CONFLICTING:
-                raise OverlayError(Why.CONFLICTS, patch=r.patch.label, checkout=co.path, detail=r.detail)
+                raise OverlayError(
+                    f"{r.patch.label} conflicts in {co.path}: {r.detail}; tree left unchanged (see `sgl-overlay status`)"
+                )
         if applied and pending:
             raise OverlayError(
-                Why.HALF_APPLIED,
-                applied=len(applied),
-                total=len(rows),
-                target=name,
-                checkout=co.path,
-                first=applied[0].patch.label,
+                f"half-applied series: {len(applied)} of {len(rows)} {name} patches are applied in {co.path} "
+                f"({applied[0].patch.label}); run `sgl-overlay revert` there, then apply again"
             )
         _refuse_untracked(co, name, [r.patch for r in pending])
         flags = tuple(co.placement(name).apply_flags())
@@ -234,12 +231,29 @@ def _refuse_untracked(co: Checkout, name: str, patches: list[Patch]) -> None:
                 and os.path.lexists(co.path / path)
                 and gitutil.blob_at(co.path, "HEAD", path) is None
             ):
-                raise OverlayError(Why.UNTRACKED_IN_THE_WAY, patch=patch.label, file=path, checkout=co.path)
+                raise OverlayError(
+                    f"{patch.label} adds {path}, but an untracked file is there in {co.path}; move it away, "
+                    "then apply again (tree left unchanged)"
+                )
 
 
-def _other_targets(co: Checkout, sv: Survey, failed: str) -> list[str]:
-    """The other targets of this checkout that can go in alone."""
-    return [t.name for t in co.targets if t.name != failed and all(r.state in (*PENDING, *IN) for r in sv.rows[t.name])]
+def _alone(co: Checkout, sv: Survey, failed: str) -> str:
+    """The hint that the other targets of this checkout can go in alone ("" when none can)."""
+    fine = [t.name for t in co.targets if t.name != failed and all(r.state in (*PENDING, *IN) for r in sv.rows[t.name])]
+    if not fine:
+        return ""
+    only = " ".join(f"-t {n}" for n in fine)
+    return f"; `sgl-overlay apply {only} --checkout {co.path}` applies {', '.join(fine)} alone"
+
+
+def older_applied(checkout: Path, patches: list[str], optional: str | None = None) -> str:
+    """Which patches are in as an earlier version of the series, and how to have the series as it is now."""
+    only = f"-t {optional} " if optional else ""
+    return (
+        f"{some(patches)} {'is' if len(patches) == 1 else 'are'} applied as an earlier version of the series "
+        f"(other content than the patches have now): run `sgl-overlay revert --checkout {checkout}`, then "
+        f"`sgl-overlay apply {only}--checkout {checkout}`"
+    )
 
 
 @dataclass(frozen=True)
@@ -280,7 +294,7 @@ def check(co: Checkout, strict: bool = False) -> CheckReport:
     try:
         busy = transaction.leftover(co.path)
         if busy:
-            raise OverlayError(Why.LEFTOVER, left=busy)
+            raise OverlayError(busy.line())
         to_apply, sv, warnings = plan(co, strict)
     except OverlayError as exc:
         return CheckReport(co.path, refused=exc)
@@ -319,8 +333,10 @@ def apply(co: Checkout, strict: bool = False) -> ApplyReport:
                 proc = transaction.run_am(co.path, patches, co.laid_out, flags)
                 if proc.returncode != 0:
                     stuck = transaction.stuck_patch(co.path, patches)
+                    stop = transaction.am_failure(proc, co.path).reason()
                     raise OverlayError(
-                        Why.AM_FAILED, patch=stuck, checkout=co.path, stop=transaction.am_failure(proc, co.path)
+                        f"{stuck or 'the series'} did not apply in {co.path}: {stop}; tree left unchanged "
+                        "(see `sgl-overlay status`)"
                     )
                 change.done(", ".join(f"{p.parent.name}/{p.name}" for p in patches))
             # One commit per patch, in order: recorded as the tool's, so that status and revert know them.
@@ -395,11 +411,22 @@ def revert(co: Checkout) -> RevertReport:
 def _revert_failure(proc: subprocess.CompletedProcess, checkout: Path) -> OverlayError:
     """Why `git revert` stopped."""
     text = (proc.stdout + proc.stderr).lower()
+    could_not = f"could not revert the overlay's commits in {checkout}"
     if "conflict" in text:
-        return OverlayError(Why.REVERT_CONFLICTS, checkout=checkout)
+        return OverlayError(
+            f"{could_not}: later commits touch the same lines; tree left unchanged: revert them by hand with "
+            "`git revert`"
+        )
     if any(sign in text for sign in ("auto-detect", "tell me who you are", "empty ident")):
-        return OverlayError(Why.REVERT_NO_IDENTITY, checkout=checkout)
+        return OverlayError(
+            f"{could_not}: git has no identity for the revert commits; set it with `git config user.name NAME` "
+            "and `git config user.email EMAIL`, then revert again (tree left unchanged)"
+        )
     if "gpg failed to sign" in text:
-        return OverlayError(Why.REVERT_GPG, checkout=checkout)
+        return OverlayError(
+            f"{could_not}: gpg could not sign the revert commits (commit.gpgSign is set); make gpg work "
+            f"(`echo x | gpg --clearsign`), or revert unsigned with `git -C {checkout} config commit.gpgSign false`, "
+            "then revert again (tree left unchanged)"
+        )
     errors = [ln.strip() for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("error:")]
-    return OverlayError(Why.REVERT_FAILED, checkout=checkout, reason=(errors or [subproc.failure_reason(proc)])[0])
+    return OverlayError(f"{could_not}: {(errors or [subproc.failure_reason(proc)])[0]}; tree left unchanged")

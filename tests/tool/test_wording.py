@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import ast
-import inspect
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from sgl_overlay import gitutil, wording
+from sgl_overlay import wording
 from sgl_overlay.checkout import MOVES, Aside
-from sgl_overlay.errors import OverlayError, Why
+from sgl_overlay.errors import OverlayError
 from sgl_overlay.operations import (
     AlreadyIn,
     ApplyReport,
@@ -26,7 +24,7 @@ from sgl_overlay.operations import (
     Uncommitted,
 )
 from sgl_overlay.states import PatchStatus, Standing, State
-from sgl_overlay.transaction import AmStop, Left, Leftover
+from sgl_overlay.transaction import AmStop, Left, Leftover, who
 from sgl_overlay.tree import PreimageMismatch
 from sgl_overlay.verify import Unproven
 
@@ -38,7 +36,7 @@ P2 = SimpleNamespace(label="sglang/0002-b.patch", applied_upstream="", forwarded
 DIFFERS = PreimageDiffers("sglang", PreimageMismatch("python/sglang/a.py", "aaaa", "bbbb"))
 SHA = "0123456789abcdef0123"
 FORK = Aside(folder="sgl-kernel", project="kvcache-ai/sglang", upstream="sgl-project/sglang")
-WHY = "sgl-kernel/ here is kvcache-ai/sglang's own copy, not sgl-project/sglang's"  # wording.aside(FORK)
+WHY = "sgl-kernel/ here is kvcache-ai/sglang's own copy, not sgl-project/sglang's"  # FORK.line()
 LOCK = Path("/co/.git/sgl-overlay.lock")
 TEN = time.mktime((2026, 1, 1, 10, 0, 0, 0, 0, -1))  # 10:00:00 local time
 
@@ -130,9 +128,9 @@ def test_every_standing_has_its_own_line():
 
 def test_check_lines():
     note = _note(Standing.APPLIED)
-    conflicts = OverlayError(Why.CONFLICTS, patch="sglang/0001-a.patch", checkout=CO, detail="x:1")
+    conflicts = OverlayError("sglang/0001-a.patch conflicts in /co: x:1; tree left unchanged")
     assert wording.check_lines(CheckReport(CO, refused=conflicts)) == [
-        "would fail: sglang/0001-a.patch conflicts in /co: x:1; tree left unchanged (see `sgl-overlay status`)"
+        "would fail: sglang/0001-a.patch conflicts in /co: x:1; tree left unchanged"
     ]
     assert not CheckReport(CO, refused=conflicts).ok
     assert wording.check_lines(CheckReport(CO, warnings=[DIFFERS], pending=2, notes=[note])) == [
@@ -143,10 +141,6 @@ def test_check_lines():
     assert wording.check_lines(CheckReport(CO, already=AlreadyIn(CO, 1, 0))) == [
         "ok: already applied: 1 patch(es) in /co; nothing to do"
     ]
-    assert wording.strict_refusal(DIFFERS) == (
-        "sglang: pre-image differs: python/sglang/a.py: expected blob aaaa, found bbbb (--strict); use the pinned "
-        "upstream version or drop --strict"
-    )
 
 
 def test_apply_lines():
@@ -205,82 +199,43 @@ def test_abort_lines():
         "rolled back the killed `sgl-overlay apply` (pid 41) in /co: HEAD 0123456789ab again, as before it ran; "
         "it had done sglang/0001-a.patch"
     )
-    assert wording.who({}) == "`sgl-overlay ?` (pid ?)"
+    assert who({}) == "`sgl-overlay ?` (pid ?)"
 
 
 def test_aside():
-    assert wording.aside(FORK) == WHY
-    assert wording.aside(Aside(moved=MOVES[0])) == (
+    assert FORK.line() == WHY
+    assert Aside(moved=MOVES[0]).line() == (
         "sgl-project/sglang moved sgl-kernel/ to python/sglang/kernels/aot/ (2026-07-29); its patches map there"
     )
-
-
-def test_every_failure_has_one_line():
-    assert set(wording.ERRORS) == set(Why)
-
-
-def _raise_sites() -> list[tuple[str, int, Why, set[str], bool]]:
-    """Each call in the tool's modules that names a `Why`: (module, line, why, fact names, has a ** splat)."""
-    sites = []
-    for path in sorted((Path(wording.__file__).parent).glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(node, ast.Call):
-                continue
-            kinds = [
-                Why[n.attr]
-                for arg in node.args
-                for n in ast.walk(arg)
-                if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "Why"
-            ]
-            names = {k.arg for k in node.keywords if k.arg}
-            splat = any(k.arg is None for k in node.keywords)
-            sites += [(path.stem, node.lineno, why, names, splat) for why in kinds]
-    return sites
-
-
-def test_each_failure_is_raised_with_the_facts_its_line_takes():
-    """A fact its line does not take, or (with no ** of shared facts) one it lacks, is a typo waiting for a user."""
-    sites = _raise_sites()
-    wrong = []
-    for mod, line, why, names, splat in sites:
-        takes = set(inspect.signature(wording.ERRORS[why]).parameters)
-        if names - takes or (not splat and names != takes):
-            wrong.append(f"{mod}:{line} {why.name} gives {sorted(names)}, its line takes {sorted(takes)}")
-    assert wrong == []
-    assert {why for _, _, why, _, _ in sites} == set(Why)  # no kind is left that nothing raises
-
-
-def test_git_operations_are_worded():
-    assert set(wording.GIT_OPERATIONS) == set(gitutil.OPERATION_FILES)
 
 
 def test_failure_data_lines():
     run = {"pid": 7, "command": "apply", "started": TEN, "head": SHA}
     journal = Path("/co/.git/sgl-overlay-journal.json")
-    assert wording.leftover(Leftover(Left.STALE_LOCK, CO, LOCK, run)) == (
+    assert Leftover(Left.STALE_LOCK, CO, LOCK, run).line() == (
         "stale lock /co/.git/sgl-overlay.lock of `sgl-overlay apply` (pid 7), which no longer runs; remove it "
         "with `sgl-overlay apply --abort --checkout /co`"
     )
-    assert wording.leftover(Leftover(Left.JOURNAL, CO, journal, run)) == (
+    assert Leftover(Left.JOURNAL, CO, journal, run).line() == (
         "a killed `sgl-overlay apply` (pid 7) left /co mid-change (journal /co/.git/sgl-overlay-journal.json, "
         "HEAD before 0123456789ab); roll it back with `sgl-overlay apply --abort --checkout /co`"
     )
-    assert wording.leftover(Leftover(Left.JOURNAL, CO, journal, {})).endswith(
-        "(journal /co/.git/sgl-overlay-journal.json, HEAD before unknown); roll it back with "
-        "`sgl-overlay apply --abort --checkout /co`"
+    assert (
+        Leftover(Left.JOURNAL, CO, journal, {})
+        .line()
+        .endswith(
+            "(journal /co/.git/sgl-overlay-journal.json, HEAD before unknown); roll it back with "
+            "`sgl-overlay apply --abort --checkout /co`"
+        )
     )
     hook = Path("/co/.git/hooks/pre-applypatch")
-    assert wording.am_stop(AmStop("")) == "git am failed"
-    assert wording.am_stop(AmStop("", hook)) == f"the pre-applypatch hook ({hook}) refused it (it printed nothing)"
-    assert wording.am_stop(AmStop("no", hook)) == f"the pre-applypatch hook ({hook}) refused it: no"
-    failed = OverlayError(Why.AM_FAILED, patch=None, checkout=CO, stop=AmStop("error: patch failed: a.py:3"))
-    assert wording.error(failed) == (
-        "the series did not apply in /co: error: patch failed: a.py:3; tree left unchanged (see `sgl-overlay status`)"
-    )
-    assert wording.unproven(Unproven("sglang", base=PreimageMismatch("a.py", "aaaa", None))) == (
+    assert AmStop("").reason() == "git am failed"
+    assert AmStop("", hook).reason() == f"the pre-applypatch hook ({hook}) refused it (it printed nothing)"
+    assert AmStop("no", hook).reason() == f"the pre-applypatch hook ({hook}) refused it: no"
+    assert Unproven("sglang", base=PreimageMismatch("a.py", "aaaa", None)).line() == (
         "sglang base: missing file a.py (expected blob aaaa)"
     )
-    assert wording.unproven(Unproven("sglang", path="a.py", found="bbbb", want="cccc")) == (
+    assert Unproven("sglang", path="a.py", found="bbbb", want="cccc").line() == (
         "sglang: a.py is blob bbbb, the series ends at cccc"
     )
-    assert wording.unproven(Unproven("sglang", dirty=CO)) == "sglang: /co has uncommitted changes"
+    assert Unproven("sglang", dirty=CO).line() == "sglang: /co has uncommitted changes"
