@@ -84,3 +84,7 @@ def export_series(target: Target, tree: Path) -> list[tuple[Path, bool]]:
             dest.write_bytes(data)
             written.append((dest, changed))
     return written
+
+
+def lines(written: list[tuple[Path, bool]]) -> list[str]:
+    return [f"{'wrote' if changed else 'unchanged'} {dest}" for dest, changed in written]

@@ -6,14 +6,17 @@ import hashlib
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
-from sgl_overlay import subproc, wording
+from sgl_overlay import subproc
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.manifest import Kind, PinnedWheel, Target
+
+Log = Callable[[str], None]  # where progress lines go (the command line prints them)
 
 
 def sha256_of(path: Path) -> str:
@@ -66,7 +69,7 @@ def short_of_space(folders: list[Path]) -> tuple[Path, int] | None:
     return None
 
 
-def fetch_wheel(target: Target, cache: Path, offline: bool = False, pin: PinnedWheel | None = None) -> Path:
+def fetch_wheel(target: Target, cache: Path, offline: bool, log: Log, pin: PinnedWheel | None = None) -> Path:
     """Return the cached, verified wheel `pin` of `target` (default: the tree's), downloading it if needed."""
     pin = pin or target.wheels[0]
     cache.mkdir(parents=True, exist_ok=True)
@@ -77,7 +80,7 @@ def fetch_wheel(target: Target, cache: Path, offline: bool = False, pin: PinnedW
             raise OverlayError(
                 f"{pin.file} is not in the cache {cache} and --offline was given; run `sgl-overlay fetch` online once"
             )
-        print(wording.downloading(target.name, target.requirement, pin.file), flush=True)
+        log(f"fetch {target.name}: downloading {target.requirement} ({pin.file})")
         got = download(target.requirement, pin.file, cache)
         if got.name != pin.file:
             got.unlink()
@@ -93,13 +96,16 @@ def fetch_wheel(target: Target, cache: Path, offline: bool = False, pin: PinnedW
             f"sha256 mismatch for {pin.file}: expected {pin.sha256}, found {found}; delete {dest} and run "
             "`sgl-overlay fetch` again (or check the pin in patches/manifest.toml)"
         )
-    print(wording.fetched(target.name, pin.file, None if cached else dest.stat().st_size), flush=True)
+    log(
+        f"fetch {target.name}: {pin.file} "
+        + ("from cache (sha256 ok)" if cached else f"{dest.stat().st_size / 1e6:.1f} MB, sha256 ok")
+    )
     return dest
 
 
-def fetch_wheels(target: Target, cache: Path, offline: bool = False) -> list[Path]:
+def fetch_wheels(target: Target, cache: Path, offline: bool, log: Log) -> list[Path]:
     """Every pinned wheel of `target`, in manifest order (the first is the tree's)."""
-    return [fetch_wheel(target, cache, offline, pin) for pin in target.wheels]
+    return [fetch_wheel(target, cache, offline, log, pin) for pin in target.wheels]
 
 
 def _cached_wheel(cache: Path, dist: str, version: str) -> Path | None:
@@ -116,17 +122,17 @@ def _cached_wheel(cache: Path, dist: str, version: str) -> Path | None:
     return found[0] if found else None
 
 
-def fetch_version_wheel(target: Target, version: str, cache: Path, offline: bool) -> tuple[Path, str]:
+def fetch_version_wheel(target: Target, version: str, cache: Path, offline: bool, log: Log) -> tuple[Path, str]:
     """The wheel of any released `version` (cache first, else pip with the pinned wheel's tags) and
     its sha256; only the pinned version's sha256 is checked against the manifest."""
     if target.kind == Kind.WHEEL and version == target.version:
-        return fetch_wheel(target, cache, offline), target.wheels[0].sha256
+        return fetch_wheel(target, cache, offline, log), target.wheels[0].sha256
     dist = target.dist_name
     path = _cached_wheel(cache, dist, version)
     if path is None:
         if offline:
             raise OverlayError(f"no wheel of {dist} {version} in {cache} and --offline was given")
         requirement = f"{dist}=={version}"
-        print(wording.downloading(target.name, requirement), flush=True)
+        log(f"fetch {target.name}: downloading {requirement}")
         path = download(requirement, target.wheel, cache)
     return path, sha256_of(path)

@@ -1,5 +1,5 @@
-"""apply / check / status / revert: what each finds or does in a checkout, returned as a report
-(`wording` makes its lines); changes go all-or-nothing through `transaction`."""
+"""apply / check / status / revert: what each finds or does in a checkout, returned as a report that
+renders its own lines; changes go all-or-nothing through `transaction`."""
 
 from __future__ import annotations
 
@@ -96,6 +96,69 @@ class StatusReport:
         stuck = (*BLOCKED, State.OLDER)
         return all(t.optional is not None or r.state not in stuck for t in self.targets for r in t.rows)
 
+    def lines(self) -> list[str]:
+        """A note on another run, one on uncommitted files, each target's patches with their states, warnings."""
+        lines = [f"note: {self.busy.line()}"] if self.busy else []
+        if self.read_only:
+            lines.append(
+                f"note: {self.path} is read-only: the states below are read all the same (git's new objects go to "
+                "a private store of this run); apply and revert need it writable"
+            )
+        if u := self.uncommitted:
+            lines.append(
+                f"note: {u.count} file(s) have uncommitted changes ({u.ours} touched by the patches; "
+                f"first: {u.first}): the states below read the working files, not HEAD; apply and revert refuse "
+                "until they are committed or stashed"
+            )
+        for t in self.targets:
+            note = f" (optional here: {t.optional.line()}; only `-t {t.name}` applies it)" if t.optional else ""
+            lines.append(f"{t.name} in {self.path}{note}:")
+            lines += [f"  {_row(row)}" for row in t.rows]
+            older = [row.patch.label for row in t.rows if row.state == State.OLDER]
+            if older:
+                lines.append(f"  note: {older_applied(self.path, older, t.name if t.optional else None)}")
+        return lines + [f"warning: {w.line()}" for w in self.warnings]
+
+
+STATE_WIDTH = 20  # the state column of `status`
+
+
+def _row(row: PatchStatus) -> str:
+    """One patch in `status`: its state, label, what the state names, and where upstream stands."""
+    extra = row.commit[:12] if row.commit else row.detail
+    if row.state == State.OLDER:
+        extra = f"commit {row.commit[:12]}, {_older_version(row.patch.label, row.detail)}"
+    if row.state == State.ELSEWHERE:
+        extra = (
+            f"by {row.detail}, commit {row.commit[:12]}"
+            if row.detail
+            else (f"commit {row.commit[:12]}, not one sgl-overlay made: `revert` leaves it")
+        )
+    return (
+        f"{row.state.value:<{STATE_WIDTH}} {row.patch.label}"
+        + (f"  ({extra})" if extra else "")
+        + f"  {upstream_of(row.patch)}"
+    )
+
+
+def _older_version(label: str, made_from: str) -> str:
+    """What an OLDER row's commit was made from."""
+    if made_from == label:
+        return "made from an earlier version of this patch, whose content the series has changed since"
+    return f"made from {made_from} of an earlier version of the series"
+
+
+def upstream_of(patch: Patch) -> str:
+    """Where upstream stands on a patch (the manifest's `applied_upstream`, else its `Forwarded:` trailer), what
+    is left to do there and when the series can drop it (its `Drop-when:` trailer)."""
+    if patch.applied_upstream:
+        return f"drop: upstream since {patch.applied_upstream}"
+    if patch.forwarded:
+        where = f"upstream: not applied, forwarded as {patch.forwarded}; left: its review and merge there"
+    else:
+        where = "upstream: not applied, not forwarded; left: open its pull request (`sgl-overlay prs` writes it)"
+    return where + (f"; drop when: {patch.drop_when}" if patch.drop_when else "")
+
 
 def status(co: Checkout) -> StatusReport:
     """Each patch's state, read from the working files."""
@@ -133,6 +196,38 @@ class OptionalNote:
     bad: PatchStatus | None = None  # the absent or conflicting patch
     differs: BlobDiffers | None = None  # for CONFLICTS: where a port must start from
     three_way: bool = False  # for APPLIES: only through a 3-way merge
+
+    def line(self) -> str:
+        """What this target's patches would do here, and the command that does it."""
+        name, why = self.target, self.why.line()
+        match self.standing:
+            case Standing.APPLIED:
+                return f"{name}: applied here too ({why})"
+            case Standing.IN:
+                return f"{name}: already in here ({why}; {', '.join(r.state.value for r in self.rows)})"
+            case Standing.ABSENT:
+                return f"{name}: not applied ({why}); {self.bad.patch.label} needs {self.bad.detail}, which is not here"
+            case Standing.CONFLICTS:
+                return f"{name}: not applied ({why}); its patch conflicts here: {self._port_from()}"
+            case Standing.HALF_APPLIED:
+                return f"{name}: half-applied here ({why}); run `sgl-overlay revert -t {name} --checkout {self.path}`"
+            case Standing.OLDER:
+                older = [r.patch.label for r in self.rows if r.state == State.OLDER]
+                return f"{name}: not applied as the series has it ({why}); {older_applied(self.path, older, name)}"
+        how = "applies with a 3-way merge" if self.three_way else "applies"
+        return (
+            f"{name}: not applied ({why}); its patch {how} here: add it with "
+            f"`sgl-overlay apply -t {name} --checkout {self.path}`"
+        )
+
+    def _port_from(self) -> str:
+        d = self.differs
+        if d is None:
+            return "it needs a variant for this tree (`sgl-overlay status` names the hunk)"
+        return (
+            f"{d.path} is blob {d.have[:12]}, the patch is written for {d.want[:12]}; "
+            "it needs a variant for this file (`sgl-overlay status` names the hunk)"
+        )
 
 
 def _optional_note(co: Checkout, sv: Survey, target: Target) -> OptionalNote:
@@ -194,7 +289,8 @@ def plan(co: Checkout, strict: bool) -> tuple[list[tuple[Path, tuple[str, ...]]]
                 )
             if r.state == State.CONFLICTING:
                 raise OverlayError(
-                    f"{r.patch.label} conflicts in {co.path}: {r.detail}; tree left unchanged (see `sgl-overlay status`)"
+                    f"{r.patch.label} conflicts in {co.path}: {r.detail}; tree left unchanged "
+                    "(see `sgl-overlay status`)"
                 )
         if applied and pending:
             raise OverlayError(
@@ -266,6 +362,28 @@ class AlreadyIn:
     upstream: int
     other: int = 0
 
+    def line(self) -> str:
+        if self.other:
+            parts = [f"already applied: {self.applied}"] if self.applied else []
+            parts += [f"already upstream: {self.upstream}"] if self.upstream else []
+            return (
+                f"already in: {self.applied + self.upstream + self.other} patch(es) in {self.path}, {self.other} of "
+                "them by commits sgl-overlay did not make (see `sgl-overlay status`)"
+                + "".join(f", {p}" for p in parts)
+                + "; nothing to do"
+            )
+        if not self.upstream:
+            return f"already applied: {self.applied} patch(es) in {self.path}; nothing to do"
+        if not self.applied:
+            return (
+                f"already upstream: {self.upstream} patch(es) in {self.path} (the files hold their change, "
+                "not from overlay commits); nothing to do"
+            )
+        return (
+            f"already applied: {self.applied} patch(es), already upstream: {self.upstream}, in {self.path}; "
+            "nothing to do"
+        )
+
 
 def already_in(co: Checkout, sv: Survey) -> AlreadyIn:
     rows = [r for t in co.required for r in sv.rows[t.name]]
@@ -287,6 +405,12 @@ class CheckReport:
     @property
     def ok(self) -> bool:
         return self.refused is None
+
+    def lines(self) -> list[str]:
+        if self.refused:
+            return [f"would fail: {self.refused}"]
+        would = f"{self.pending} patch(es) would apply to {self.path}" if self.pending else self.already.line()
+        return [f"warning: {w.line()}" for w in self.warnings] + [f"ok: {would}"] + [n.line() for n in self.notes]
 
 
 def check(co: Checkout, strict: bool = False) -> CheckReport:
@@ -315,6 +439,22 @@ class ApplyReport:
     after: str = ""
     upstream: int = 0  # patches skipped as already upstream
     bypassed: Path | None = None  # the checkout's pre-commit hook, which `git am` does not run
+
+    def lines(self) -> list[str]:
+        lines = [f"warning: {w.line()} (continuing; --strict refuses)" for w in self.warnings]
+        notes = [n.line() for n in self.notes]
+        if self.already is not None:
+            return lines + [self.already.line()] + notes
+        before, after = self.before[:12], self.after[:12]
+        skipped = f" ({self.upstream} already upstream, skipped)" if self.upstream else ""
+        lines.append(f"applied {self.count} patch(es) to {self.path}: {before} -> {after}{skipped}")
+        if self.bypassed is not None:
+            lines.append(
+                f"note: `git am` does not run the pre-commit hook ({self.bypassed}): these {self.count} commit(s) did "
+                f"not go through it; run its checks on them (pre-commit's: `pre-commit run --from-ref {before} "
+                f"--to-ref {after}` in {self.path})"
+            )
+        return lines + notes
 
 
 def apply(co: Checkout, strict: bool = False) -> ApplyReport:
@@ -363,6 +503,15 @@ class RevertReport:
     before: str = ""
     after: str = ""
     states: dict[str, list[State]] = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        if not self.count:
+            states = "; ".join(f"{name}: {', '.join(s.value for s in ss)}" for name, ss in self.states.items())
+            return [f"nothing to revert: no overlay patch is applied in {self.path} ({states})"]
+        return [
+            f"reverted {self.count} overlay commit(s) in {self.path} ({self.how}): {self.before[:12]} -> "
+            f"{self.after[:12]}"
+        ]
 
 
 def _record(co: Checkout, add: dict[str, str], drop: list[str] = ()) -> None:

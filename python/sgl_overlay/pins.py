@@ -4,6 +4,7 @@ the manifest loads and rewritten from the series by `sgl-overlay pins` (and `exp
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from sgl_overlay.manifest import Manifest, Target
 from sgl_overlay.series import Series, same_blob
@@ -50,3 +51,9 @@ def _trailing(body: str) -> str:
             break
         keep.append(line)
     return "".join(reversed(keep))
+
+
+def lines(manifest: Path, written: list[tuple[str, int]]) -> list[str]:
+    """What `pins` (and `export`) print: each table rewritten, or that none needed it."""
+    done = [f"pins {name}: {count} pre-image(s) written to {manifest}" for name, count in written]
+    return done or [f"pins: {manifest} already matches the series"]

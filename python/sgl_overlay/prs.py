@@ -252,3 +252,21 @@ def export_prs(targets: list[Target], trees: Path, out: Path, by: Sender) -> lis
             shutil.rmtree(out / target.name, ignore_errors=True)
             shutil.move(Path(tmp) / target.name, out / target.name)
     return made
+
+
+def lines(made: list[PullRequest]) -> list[str]:
+    """One line per exported pull request (or review): its folder, title, files and lines at normal context, and
+    for a review the command that posts it."""
+    result = []
+    for pr in made:
+        line = f"wrote {pr.folder}/: {pr.title} ({len(pr.files)} file(s), +{pr.added} -{pr.removed})"
+        if pr.forwarded:
+            line += f"; {'sent' if pr.reviews else 'open'} upstream as {pr.forwarded}"
+        elif pr.reviews:
+            repo, number = pr.reviews
+            line += (
+                f"; post it on {repo}#{number} with `gh pr review {number} --repo {repo} --comment --body-file "
+                f"{pr.folder}/REVIEW.md` (the mbox beside it: the change it proposes)"
+            )
+        result.append(line)
+    return result

@@ -577,6 +577,20 @@ class Aborted:
     locks: tuple[Path, ...] = field(default=())
     ended: tuple[int, ...] = ()
 
+    def line(self) -> str:
+        if self.run is None:
+            return f"nothing to abort in {self.repo}: no sgl-overlay run left a lock or journal there"
+        if not self.head:
+            return f"removed the stale lock {self.lock} of {who(self.run)}; nothing to roll back in {self.repo}"
+        done = f"; it had done {', '.join(self.done)}" if self.done else ""
+        left = [f"git's lock file(s) {', '.join(p.name for p in self.locks)}"] if self.locks else []
+        left += [f"its process(es) {', '.join(map(str, self.ended))}"] if self.ended else []
+        removed = f"; removed what it left: {' and '.join(left)}" if left else ""
+        return (
+            f"rolled back the killed {who(self.run)} in {self.repo}: HEAD {self.head[:12]} again, as before it "
+            f"ran{done}{removed}"
+        )
+
 
 def abort(repo: Path) -> Aborted:
     """Roll back what a killed run left in `repo` (its journal), keeping what the user did since in other files,

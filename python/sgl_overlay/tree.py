@@ -118,6 +118,11 @@ class LaidOut:
     files: int | None = None
     head: str = ""
 
+    def line(self) -> str:
+        if self.files is None:
+            return f"tree {self.target}: {self.dest} ready (upstream {self.version})"
+        return f"tree {self.target}: {self.dest} laid out ({self.files} files, commit {self.head[:12]})"
+
 
 def lay_out(
     target: Target, dest: Path, wheel: Path | None, series: Series, force: bool = False, check_pins: bool = True

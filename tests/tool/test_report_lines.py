@@ -1,4 +1,5 @@
-"""Every line apply / check / status / revert print, made from their reports alone (no git, no checkout)."""
+"""Every line apply / check / status / revert (and fetch, export, pins, --abort) print, made from their reports
+alone (no git, no checkout)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sgl_overlay import wording
+from sgl_overlay import export, pins
 from sgl_overlay.checkout import MOVES, Aside
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.operations import (
@@ -22,6 +23,7 @@ from sgl_overlay.operations import (
     StatusReport,
     TargetStatus,
     Uncommitted,
+    upstream_of,
 )
 from sgl_overlay.states import PatchStatus, Standing, State
 from sgl_overlay.transaction import AmStop, Left, Leftover, who
@@ -54,7 +56,7 @@ def test_status_lines():
         ],
         warnings=[DIFFERS],
     )
-    assert wording.status_lines(report) == [
+    assert report.lines() == [
         "note: /co is being changed by `sgl-overlay apply` (pid 7) since 10:00:00 (lock /co/.git/sgl-overlay.lock); "
         "wait for it to finish",
         "note: 3 file(s) have uncommitted changes (1 touched by the patches; first: python/sglang/a.py): the states "
@@ -73,7 +75,7 @@ def test_status_lines():
     merged = SimpleNamespace(
         label="sglang/0001-a.patch", applied_upstream="0.5.24", forwarded="https://e.com/pull/1", drop_when="a"
     )
-    assert wording.upstream_of(merged) == "drop: upstream since 0.5.24"
+    assert upstream_of(merged) == "drop: upstream since 0.5.24"
     assert StatusReport(CO, None, None, [TargetStatus("k", FORK, [PatchStatus(P1, State.ABSENT)])], []).ok
 
 
@@ -91,7 +93,7 @@ def test_status_lines():
     ],
 )
 def test_already_in(applied, upstream, line):
-    assert wording.already_in(AlreadyIn(CO, applied, upstream)) == line
+    assert AlreadyIn(CO, applied, upstream).line() == line
 
 
 def _note(standing: Standing, **kw) -> OptionalNote:
@@ -101,9 +103,7 @@ def _note(standing: Standing, **kw) -> OptionalNote:
 
 def test_every_standing_has_its_own_line():
     bad = PatchStatus(P1, State.ABSENT, "sgl-kernel/csrc/x.cu")
-    lines = {
-        s: wording.optional_note(_note(s, bad=bad, differs=BlobDiffers("k/x.cu", SHA, "f" * 40))) for s in Standing
-    }
+    lines = {s: _note(s, bad=bad, differs=BlobDiffers("k/x.cu", SHA, "f" * 40)).line() for s in Standing}
     assert lines == {
         Standing.APPLIED: f"sgl-kernel: applied here too ({WHY})",
         Standing.IN: f"sgl-kernel: already in here ({WHY}; already upstream)",
@@ -120,49 +120,51 @@ def test_every_standing_has_its_own_line():
         "earlier version of the series (other content than the patches have now): run `sgl-overlay revert "
         "--checkout /co`, then `sgl-overlay apply -t sgl-kernel --checkout /co`",
     }
-    assert wording.optional_note(_note(Standing.CONFLICTS)).endswith(
-        "its patch conflicts here: it needs a variant for this tree (`sgl-overlay status` names the hunk)"
+    assert (
+        _note(Standing.CONFLICTS)
+        .line()
+        .endswith("its patch conflicts here: it needs a variant for this tree (`sgl-overlay status` names the hunk)")
     )
-    assert "its patch applies with a 3-way merge here" in wording.optional_note(_note(Standing.APPLIES, three_way=True))
+    assert "its patch applies with a 3-way merge here" in _note(Standing.APPLIES, three_way=True).line()
 
 
 def test_check_lines():
     note = _note(Standing.APPLIED)
     conflicts = OverlayError("sglang/0001-a.patch conflicts in /co: x:1; tree left unchanged")
-    assert wording.check_lines(CheckReport(CO, refused=conflicts)) == [
+    assert CheckReport(CO, refused=conflicts).lines() == [
         "would fail: sglang/0001-a.patch conflicts in /co: x:1; tree left unchanged"
     ]
     assert not CheckReport(CO, refused=conflicts).ok
-    assert wording.check_lines(CheckReport(CO, warnings=[DIFFERS], pending=2, notes=[note])) == [
+    assert CheckReport(CO, warnings=[DIFFERS], pending=2, notes=[note]).lines() == [
         "warning: sglang: pre-image differs: python/sglang/a.py: expected blob aaaa, found bbbb",
         "ok: 2 patch(es) would apply to /co",
         f"sgl-kernel: applied here too ({WHY})",
     ]
-    assert wording.check_lines(CheckReport(CO, already=AlreadyIn(CO, 1, 0))) == [
+    assert CheckReport(CO, already=AlreadyIn(CO, 1, 0)).lines() == [
         "ok: already applied: 1 patch(es) in /co; nothing to do"
     ]
 
 
 def test_apply_lines():
     done = ApplyReport(CO, [DIFFERS], [], count=2, before=SHA, after="f" * 40, upstream=1)
-    assert wording.apply_lines(done) == [
+    assert done.lines() == [
         "warning: sglang: pre-image differs: python/sglang/a.py: expected blob aaaa, found bbbb (continuing; "
         "--strict refuses)",
         "applied 2 patch(es) to /co: 0123456789ab -> ffffffffffff (1 already upstream, skipped)",
     ]
     nothing = ApplyReport(CO, [], [_note(Standing.IN)], already=AlreadyIn(CO, 0, 1))
-    assert wording.apply_lines(nothing) == [
+    assert nothing.lines() == [
         "already upstream: 1 patch(es) in /co (the files hold their change, not from overlay commits); nothing to do",
         f"sgl-kernel: already in here ({WHY}; already upstream)",
     ]
 
 
 def test_revert_lines():
-    assert wording.revert_lines(RevertReport(CO, 2, "reset", SHA, "f" * 40)) == [
+    assert RevertReport(CO, 2, "reset", SHA, "f" * 40).lines() == [
         "reverted 2 overlay commit(s) in /co (reset): 0123456789ab -> ffffffffffff"
     ]
     states = {"sglang": [State.APPLICABLE, State.UPSTREAM], "sglang-kt": [State.ABSENT]}
-    assert wording.revert_lines(RevertReport(CO, states=states)) == [
+    assert RevertReport(CO, states=states).lines() == [
         "nothing to revert: no overlay patch is applied in /co (sglang: applicable, already upstream; "
         "sglang-kt: target file absent)"
     ]
@@ -171,31 +173,29 @@ def test_revert_lines():
 def test_tree_export_and_pins_lines():
     from sgl_overlay.tree import LaidOut
 
-    assert wording.laid_out(LaidOut("sglang", Path("/t/sglang"), "0.5.23")) == (
-        "tree sglang: /t/sglang ready (upstream 0.5.23)"
-    )
-    assert wording.laid_out(LaidOut("sglang", Path("/t/sglang"), "0.5.23", 12, SHA)) == (
+    assert LaidOut("sglang", Path("/t/sglang"), "0.5.23").line() == ("tree sglang: /t/sglang ready (upstream 0.5.23)")
+    assert LaidOut("sglang", Path("/t/sglang"), "0.5.23", 12, SHA).line() == (
         "tree sglang: /t/sglang laid out (12 files, commit 0123456789ab)"
     )
-    assert wording.export_lines([(Path("/p/0001-a.patch"), True), (Path("/p/0002-b.patch"), False)]) == [
+    assert export.lines([(Path("/p/0001-a.patch"), True), (Path("/p/0002-b.patch"), False)]) == [
         "wrote /p/0001-a.patch",
         "unchanged /p/0002-b.patch",
     ]
     manifest = Path("/p/manifest.toml")
-    assert wording.pins_lines(manifest, [("sglang", 3)]) == ["pins sglang: 3 pre-image(s) written to /p/manifest.toml"]
-    assert wording.pins_lines(manifest, []) == ["pins: /p/manifest.toml already matches the series"]
+    assert pins.lines(manifest, [("sglang", 3)]) == ["pins sglang: 3 pre-image(s) written to /p/manifest.toml"]
+    assert pins.lines(manifest, []) == ["pins: /p/manifest.toml already matches the series"]
 
 
 def test_abort_lines():
     from sgl_overlay.transaction import Aborted
 
     run = {"command": "apply", "pid": 41}
-    assert wording.aborted(Aborted(CO)) == "nothing to abort in /co: no sgl-overlay run left a lock or journal there"
-    assert wording.aborted(Aborted(CO, run, Path("/co/.git/sgl-overlay.lock"))) == (
+    assert Aborted(CO).line() == "nothing to abort in /co: no sgl-overlay run left a lock or journal there"
+    assert Aborted(CO, run, Path("/co/.git/sgl-overlay.lock")).line() == (
         "removed the stale lock /co/.git/sgl-overlay.lock of `sgl-overlay apply` (pid 41); nothing to roll back in /co"
     )
     rolled = Aborted(CO, run, None, SHA, ("sglang/0001-a.patch",))
-    assert wording.aborted(rolled) == (
+    assert rolled.line() == (
         "rolled back the killed `sgl-overlay apply` (pid 41) in /co: HEAD 0123456789ab again, as before it ran; "
         "it had done sglang/0001-a.patch"
     )
