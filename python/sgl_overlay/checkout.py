@@ -138,9 +138,12 @@ def _found(repo: Path, manifest: Manifest) -> tuple[list[Target], dict[str, Asid
     return found, optional, placements
 
 
-def detect(path: Path, manifest: Manifest, only: list[str] | None = None) -> Checkout:
+def detect(
+    path: Path, manifest: Manifest, only: list[str] | None = None, read: dict[str, Series] | None = None
+) -> Checkout:
     """Find the targets in `path`: the tree marker, the project (marker file, pyproject name),
-    and component targets by marker file. `only` limits to those names, all required."""
+    and component targets by marker file. `only` limits to those names, all required; `read`: series
+    already read this run, by target name."""
     repo = gitutil.toplevel(path)
     if gitutil.git(repo, "rev-parse", "--verify", "-q", "HEAD", check=False).returncode != 0:
         branch = gitutil.git(repo, "symbolic-ref", "-q", "HEAD", check=False).stdout.strip()
@@ -179,7 +182,7 @@ def detect(path: Path, manifest: Manifest, only: list[str] | None = None) -> Che
         laid_out=bool(marked),
         optional=optional,
         placements={n: p for n, p in placements.items() if any(t.name == n for t in found)},
-        series={t.name: Series.read(t) for t in found},
+        series={t.name: (read or {}).get(t.name) or Series.read(t) for t in found},
         made=None if marked else records.read_commits(gitutil.common_dir(repo), repo),
     )
 

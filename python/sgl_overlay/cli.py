@@ -37,7 +37,7 @@ try:  # Ctrl-C while the modules load is one line too
     )
     from sgl_overlay.checkout import Checkout, detect
     from sgl_overlay.errors import Interrupted, OverlayError, UsageError
-    from sgl_overlay.manifest import Kind, Manifest, load_manifest
+    from sgl_overlay.manifest import Kind, Manifest, Target, load_manifest
     from sgl_overlay.places import places
     from sgl_overlay.series import Series
     from sgl_overlay.verify import verify_tree
@@ -62,17 +62,21 @@ class Context:
     root: Path  # the repository the patches/ folder sits in
     trees: Path
     cache: Path
+    series: dict[str, Series]  # those the start of the run read (pins.check), by target name
+
+    def series_of(self, target: Target) -> Series:
+        return self.series.get(target.name) or Series.read(target)
 
     def checkouts(self, args: argparse.Namespace) -> list[Checkout]:
         """`--checkout`, else the laid-out tree of each selected target."""
         if getattr(args, "checkout", None) is not None:
-            return [detect(args.checkout, self.manifest, args.target)]
+            return [detect(args.checkout, self.manifest, args.target, self.series)]
         result = []
         for target in self.manifest.select(args.target):
             path = self.trees / target.name
             if not tree.is_ready(path, target):
                 raise OverlayError(f"no tree for {target.name} at {path}; run `sgl-overlay fetch` first")
-            result.append(detect(path, self.manifest))
+            result.append(detect(path, self.manifest, read=self.series))
         return result
 
 
@@ -82,7 +86,7 @@ def cmd_fetch(args: argparse.Namespace, ctx: Context) -> int:
     Wheels are cached and sha256-checked; build/trees/<target> gets one commit, tagged `upstream`. sgl-kernel's
     pre-images come from its full-context patch, with no network."""
     for target in ctx.manifest.select(args.target):
-        series = Series.read(target)
+        series = ctx.series_of(target)
         wheel = fetch.fetch_wheels(target, ctx.cache, args.offline, say)[0] if target.kind == Kind.WHEEL else None
         say(tree.lay_out(target, ctx.trees / target.name, wheel, series, force=args.force).line())
     return 0
@@ -201,12 +205,13 @@ def cmd_wheels(args: argparse.Namespace, ctx: Context) -> int:
         print("\n".join(" ".join(fields) for fields in rows))  # one line of fields per wheel, for scripts
         return 0
     if args.checkout is not None:
-        print(f"built {wheels.build_from_checkout(detect(args.checkout, ctx.manifest, args.target), out_dir, local)}")
+        co = detect(args.checkout, ctx.manifest, args.target, ctx.series)
+        print(f"built {wheels.build_from_checkout(co, out_dir, local)}")
         return 0
     for target in ctx.manifest.select(args.target):
         if target.kind != Kind.WHEEL:
             continue
-        series = Series.read(target)
+        series = ctx.series_of(target)
         for wheel in fetch.fetch_wheels(target, ctx.cache, True, say):
             say(f"built {wheels.build_patched_wheel(series, wheel, ctx.trees / target.name, out_dir, local)}")
     return 0
@@ -386,10 +391,10 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         manifest = load_manifest(args.patches)
         gitutil.ensure_git_runs()  # before any git call could blame a patch or a checkout for it
-        if args.func not in (cmd_pins, cmd_export):
-            pins.check(manifest)
+        # pins and export rewrite what the check refuses; every other command goes on with the series it read
+        read = {} if args.func in (cmd_pins, cmd_export) else pins.check(manifest)
         at = places(manifest.path, args.trees, args.cache)
-        return _finish(args, args.func(args, Context(manifest, at.root, at.trees, at.cache)))
+        return _finish(args, args.func(args, Context(manifest, at.root, at.trees, at.cache, read)))
     except OverlayError as exc:
         _failed(str(exc))
         return exc.exit_code

@@ -10,10 +10,13 @@ from sgl_overlay.manifest import Manifest, Target
 from sgl_overlay.series import Series, same_blob
 
 
-def check(manifest: Manifest) -> None:
-    """Refuse (one line naming the file and the command that fixes it) a table the series disagrees with."""
-    for target in manifest.targets.values():
-        Series.read(target).check_lock()
+def check(manifest: Manifest) -> dict[str, Series]:
+    """Refuse (one line naming the file and the command that fixes it) a table the series disagrees with;
+    each target's series, as read for the check (the command goes on with them)."""
+    read = {name: Series.read(target) for name, target in manifest.targets.items()}
+    for series in read.values():
+        series.check_lock()
+    return read
 
 
 def _table(target: Target, preimages: dict[str, str]) -> str:
