@@ -7,7 +7,7 @@ import sys
 
 STARTING = "sgl-overlay: interrupted while starting; nothing was changed"
 try:  # Ctrl-C while the modules load is one line too
-    from sgl_overlay import subproc
+    from sgl_overlay.engine import subproc
 
     # Recorded from here on, not raised: a module that catches everything while it loads cannot swallow it.
     subproc.catch_signals()
@@ -19,28 +19,16 @@ try:  # Ctrl-C while the modules load is one line too
     from dataclasses import dataclass
     from pathlib import Path
 
-    from sgl_overlay import (
-        __version__,
-        doctor,
-        export,
-        fetch,
-        gitutil,
-        matrix,
-        matrix_report,
-        operations,
-        pins,
-        prs,
-        scratch,
-        transaction,
-        tree,
-        wheels,
-    )
-    from sgl_overlay.checkout import Checkout, detect
+    from sgl_overlay import __version__
+    from sgl_overlay.builds import doctor, fetch, tree, wheels
+    from sgl_overlay.builds.places import places
+    from sgl_overlay.builds.verify import verify_tree
+    from sgl_overlay.engine import gitutil, operations, scratch, transaction
+    from sgl_overlay.engine.checkout import Checkout, detect
+    from sgl_overlay.engine.manifest import Kind, Manifest, Target, load_manifest
+    from sgl_overlay.engine.series import Series
     from sgl_overlay.errors import Interrupted, OverlayError, UsageError
-    from sgl_overlay.manifest import Kind, Manifest, Target, load_manifest
-    from sgl_overlay.places import places
-    from sgl_overlay.series import Series
-    from sgl_overlay.verify import verify_tree
+    from sgl_overlay.maint import export, matrix, matrix_report, pins, prs
 except KeyboardInterrupt:
     print(STARTING, file=sys.stderr)
     raise SystemExit(130) from None

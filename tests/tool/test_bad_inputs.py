@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from sgl_overlay.engine.states import ScratchIndex
 from sgl_overlay.errors import OverlayError
-from sgl_overlay.states import ScratchIndex
 from synth import (
     HOLD,
     MODEL_PY,
@@ -299,7 +299,8 @@ hint: Use --resume-retries to configure resume attempt limit.
 
 @pytest.mark.parametrize("free_mb", [100, 4096])
 def test_download_failure_names_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, free_mb: int) -> None:
-    from sgl_overlay import fetch, subproc
+    from sgl_overlay.builds import fetch
+    from sgl_overlay.engine import subproc
 
     failed = subprocess.CompletedProcess(["pip"], 1, stdout="", stderr=PIP_FULL_TMPDIR_STDERR)
     monkeypatch.setattr(subproc, "run", lambda *args, **kwargs: failed)

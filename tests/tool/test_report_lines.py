@@ -9,10 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from sgl_overlay import export, pins
-from sgl_overlay.checkout import MOVES, Aside
-from sgl_overlay.errors import OverlayError
-from sgl_overlay.operations import (
+from sgl_overlay.builds.verify import Unproven
+from sgl_overlay.engine.checkout import MOVES, Aside
+from sgl_overlay.engine.operations import (
     AlreadyIn,
     ApplyReport,
     BlobDiffers,
@@ -25,10 +24,11 @@ from sgl_overlay.operations import (
     Uncommitted,
     upstream_of,
 )
-from sgl_overlay.states import PatchStatus, Standing, State
-from sgl_overlay.transaction import AmStop, Left, Leftover, who
-from sgl_overlay.tree import PreimageMismatch
-from sgl_overlay.verify import Unproven
+from sgl_overlay.engine.series import PreimageMismatch
+from sgl_overlay.engine.states import PatchStatus, Standing, State
+from sgl_overlay.engine.transaction import AmStop, Left, Leftover, who
+from sgl_overlay.errors import OverlayError
+from sgl_overlay.maint import export, pins
 
 CO = Path("/co")
 P1 = SimpleNamespace(
@@ -171,7 +171,7 @@ def test_revert_lines():
 
 
 def test_tree_export_and_pins_lines():
-    from sgl_overlay.tree import LaidOut
+    from sgl_overlay.builds.tree import LaidOut
 
     assert LaidOut("sglang", Path("/t/sglang"), "0.5.23").line() == ("tree sglang: /t/sglang ready (upstream 0.5.23)")
     assert LaidOut("sglang", Path("/t/sglang"), "0.5.23", 12, SHA).line() == (
@@ -187,7 +187,7 @@ def test_tree_export_and_pins_lines():
 
 
 def test_abort_lines():
-    from sgl_overlay.transaction import Aborted
+    from sgl_overlay.engine.transaction import Aborted
 
     run = {"command": "apply", "pid": 41}
     assert Aborted(CO).line() == "nothing to abort in /co: no sgl-overlay run left a lock or journal there"

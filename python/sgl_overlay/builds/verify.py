@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from sgl_overlay import gitutil
+from sgl_overlay.builds.tree import BASE_TAG, base_commit, no_op
+from sgl_overlay.engine import gitutil
+from sgl_overlay.engine.series import PreimageMismatch, Series, check_preimages
 from sgl_overlay.errors import OverlayError
-from sgl_overlay.series import Series
-from sgl_overlay.tree import BASE_TAG, PreimageMismatch, base_commit, check_preimages, no_op
 
 MAKE_TREES = "run `make trees` (fetch, apply, verify) first"  # what makes verified trees
 

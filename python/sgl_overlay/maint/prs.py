@@ -12,13 +12,13 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from sgl_overlay import gitutil, scratch
-from sgl_overlay.checkout import MOVES, Placement, repo_name
+from sgl_overlay.builds.tree import BASE_TAG, require_patched
+from sgl_overlay.builds.verify import require_verified
+from sgl_overlay.engine import gitutil, scratch
+from sgl_overlay.engine.checkout import MOVES, Placement, repo_name
+from sgl_overlay.engine.manifest import Target
+from sgl_overlay.engine.series import BUG, TRAILERS, Patch, Series
 from sgl_overlay.errors import OverlayError
-from sgl_overlay.manifest import Target
-from sgl_overlay.series import BUG, TRAILERS, Patch, Series
-from sgl_overlay.tree import BASE_TAG, require_patched
-from sgl_overlay.verify import require_verified
 
 UPSTREAM_CONTEXT = "-U3"  # what upstream reviews: the stored sgl-kernel series carries whole files
 DESCRIPTION = ".pr.md"  # patches/<target>/<patch stem>.pr.md

@@ -10,7 +10,7 @@ import socket
 from enum import Enum, auto
 from pathlib import Path
 
-from sgl_overlay import subproc
+from sgl_overlay.engine import subproc
 from sgl_overlay.errors import OverlayError
 
 # The records' format. A journal of another format is refused (its fields could mean something else);

@@ -7,10 +7,10 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sgl_overlay import gitutil, records
+from sgl_overlay.engine import gitutil, records
+from sgl_overlay.engine.manifest import Manifest, Target
+from sgl_overlay.engine.series import Series
 from sgl_overlay.errors import OverlayError
-from sgl_overlay.manifest import Manifest, Target
-from sgl_overlay.series import Series
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,14 @@ from packaging import tags
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
-from sgl_overlay import gitutil, scratch, subproc
-from sgl_overlay.checkout import Checkout, uncommitted
+from sgl_overlay.builds.fetch import pip_tag_args
+from sgl_overlay.builds.verify import MAKE_TREES, require_verified
+from sgl_overlay.engine import gitutil, scratch, subproc
+from sgl_overlay.engine.checkout import Checkout, uncommitted
+from sgl_overlay.engine.manifest import Kind, PinnedWheel, Target
+from sgl_overlay.engine.series import Series
+from sgl_overlay.engine.states import IN, series_status
 from sgl_overlay.errors import OverlayError
-from sgl_overlay.fetch import pip_tag_args
-from sgl_overlay.manifest import Kind, PinnedWheel, Target
-from sgl_overlay.series import Series
-from sgl_overlay.states import IN, series_status
-from sgl_overlay.verify import MAKE_TREES, require_verified
 
 
 def wheel_path_of(target: Target, tree_path: str) -> str | None:

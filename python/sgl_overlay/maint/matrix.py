@@ -17,16 +17,17 @@ from xml.etree import ElementTree
 
 from packaging.version import InvalidVersion, Version
 
-from sgl_overlay import fetch, gitutil, subproc, transaction, tree
+from sgl_overlay.builds import fetch, tree
+from sgl_overlay.builds.fetch import Log
+from sgl_overlay.engine import gitutil, subproc, transaction
+from sgl_overlay.engine.manifest import Kind, Manifest, MatrixSpec, PinnedWheel, Target
+from sgl_overlay.engine.scratch import folder
+from sgl_overlay.engine.series import Patch, Series
+from sgl_overlay.engine.states import ON_TOP, PENDING, Outcome, PatchStatus, ScratchIndex, State, series_status
+from sgl_overlay.engine.subproc import failure_reason
 from sgl_overlay.errors import OverlayError, UsageError
-from sgl_overlay.fetch import Log
-from sgl_overlay.manifest import Kind, Manifest, MatrixSpec, PinnedWheel, Target
-from sgl_overlay.scratch import folder
-from sgl_overlay.series import Patch, Series
-from sgl_overlay.states import ON_TOP, PENDING, Outcome, PatchStatus, ScratchIndex, State, series_status
-from sgl_overlay.subproc import failure_reason
 
-SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout this package sits in (its venvs)
+SOURCE_ROOT = Path(__file__).resolve().parents[3]  # the checkout this package sits in (its venvs)
 TEST_TIMEOUT_S = 900
 # pytest as the matrix runs it: no cache files in the tree, none of upstream's own addopts
 PYTEST = ("-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=")

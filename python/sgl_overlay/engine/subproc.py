@@ -21,8 +21,8 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from sgl_overlay.engine.scratch import pid_alive
 from sgl_overlay.errors import Interrupted, OverlayError
-from sgl_overlay.scratch import pid_alive
 
 RUN_ENV = "SGL_OVERLAY_RUN"  # "<pid>-<start time>" of the run that started the program
 SIGNALS = (signal.SIGINT, signal.SIGTERM)

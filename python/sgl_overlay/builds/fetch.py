@@ -12,9 +12,9 @@ from pathlib import Path
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
-from sgl_overlay import subproc
+from sgl_overlay.engine import subproc
+from sgl_overlay.engine.manifest import Kind, PinnedWheel, Target
 from sgl_overlay.errors import OverlayError
-from sgl_overlay.manifest import Kind, PinnedWheel, Target
 
 Log = Callable[[str], None]  # where progress lines go (the command line prints them)
 

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import shutil
 import stat
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from wheel.wheelfile import WheelFile
 
-from sgl_overlay import gitutil
+from sgl_overlay.engine import gitutil
+from sgl_overlay.engine.manifest import Kind, Target
+from sgl_overlay.engine.series import Series, check_preimages, preimage_from_full_context
 from sgl_overlay.errors import OverlayError
-from sgl_overlay.manifest import Kind, Target
-from sgl_overlay.series import Series, preimage_from_full_context
 
 BASE_TAG = "upstream"
 
@@ -52,29 +51,6 @@ def _rebuild_from_patches(series: Series, dest: Path) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(data)
     return len(pinned)
-
-
-@dataclass(frozen=True)
-class PreimageMismatch:
-    path: str
-    expected: str
-    found: str | None  # None: the file is missing
-
-    def line(self) -> str:
-        if self.found is None:
-            return f"missing file {self.path} (expected blob {self.expected})"
-        return f"{self.path}: expected blob {self.expected}, found {self.found}"
-
-
-def check_preimages(repo: Path, rev: str, series: Series, where: Callable[[str], str] = str) -> list[PreimageMismatch]:
-    """Each pre-image of the series (Series.preimages) whose blob at `rev` (a commit or tree) differs or is
-    missing, judged by the first patch touching it. `where` maps a path to its place in `repo` (a moved folder)."""
-    problems = []
-    for patch, first in series.first_touches():
-        for c, found in patch.not_at_preimage(lambda path: gitutil.blob_at(repo, rev, where(path))):
-            if c.path in first:
-                problems.append(PreimageMismatch(where(c.path), c.old_blob or "", found))
-    return problems
 
 
 def base_commit(target: Target, tree: Path) -> str:

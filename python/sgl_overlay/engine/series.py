@@ -13,9 +13,9 @@ from pathlib import Path
 import unidiff
 from unidiff.constants import LINE_TYPE_CONTEXT, LINE_TYPE_NO_NEWLINE, LINE_TYPE_REMOVED
 
-from sgl_overlay import gitutil, subproc
+from sgl_overlay.engine import gitutil, subproc
+from sgl_overlay.engine.manifest import Target
 from sgl_overlay.errors import OverlayError
-from sgl_overlay.manifest import Target
 
 # `git format-patch`/`git show` context for full-context targets: the whole file, so the
 # patch carries its own pre-image (and `git patch-id` sees the same hunks on both sides).
@@ -256,3 +256,26 @@ class Series:
         if source is None:
             raise OverlayError(f"no patch of {self.target.name} touches {path}; fix patches/manifest.toml")
         return source
+
+
+@dataclass(frozen=True)
+class PreimageMismatch:
+    path: str
+    expected: str
+    found: str | None  # None: the file is missing
+
+    def line(self) -> str:
+        if self.found is None:
+            return f"missing file {self.path} (expected blob {self.expected})"
+        return f"{self.path}: expected blob {self.expected}, found {self.found}"
+
+
+def check_preimages(repo: Path, rev: str, series: Series, where: Callable[[str], str] = str) -> list[PreimageMismatch]:
+    """Each pre-image of the series (Series.preimages) whose blob at `rev` (a commit or tree) differs or is
+    missing, judged by the first patch touching it. `where` maps a path to its place in `repo` (a moved folder)."""
+    problems = []
+    for patch, first in series.first_touches():
+        for c, found in patch.not_at_preimage(lambda path: gitutil.blob_at(repo, rev, where(path))):
+            if c.path in first:
+                problems.append(PreimageMismatch(where(c.path), c.old_blob or "", found))
+    return problems

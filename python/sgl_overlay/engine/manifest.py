@@ -133,7 +133,7 @@ def default_patches_dir() -> Path:
 
     In a source checkout that folder is a symlink to the checkout's `patches/` (so an editable install
     reads the series being edited); a built wheel carries a copy of it as package data."""
-    return Path(os.environ.get("SGL_OVERLAY_PATCHES") or Path(__file__).resolve().parent / "patches")
+    return Path(os.environ.get("SGL_OVERLAY_PATCHES") or Path(__file__).resolve().parents[1] / "patches")
 
 
 def _pinned_wheels(where: str, raw: dict, kind: Kind) -> tuple[PinnedWheel, ...]:

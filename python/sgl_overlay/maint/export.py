@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sgl_overlay import gitutil, scratch
-from sgl_overlay.errors import OverlayError
-from sgl_overlay.manifest import Target
-from sgl_overlay.series import (
+from sgl_overlay.builds.tree import BASE_TAG, base_commit, require_patched
+from sgl_overlay.engine import gitutil, scratch
+from sgl_overlay.engine.manifest import Target
+from sgl_overlay.engine.series import (
     BUG,
     DROP_WHEN,
     FORWARDED,
@@ -18,7 +18,7 @@ from sgl_overlay.series import (
     TRAILERS,
     mail_parts,
 )
-from sgl_overlay.tree import BASE_TAG, base_commit, require_patched
+from sgl_overlay.errors import OverlayError
 
 
 def _as_laid_out(tree: Path) -> str:

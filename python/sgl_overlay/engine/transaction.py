@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 from pathlib import Path
 
-from sgl_overlay import gitutil, records, subproc
+from sgl_overlay.engine import gitutil, records, subproc
 from sgl_overlay.errors import Interrupted, OverlayError, some
 
 LOCK = "sgl-overlay.lock"

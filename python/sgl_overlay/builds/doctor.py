@@ -12,11 +12,18 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from sgl_overlay import gitutil, routes, subproc
+from sgl_overlay.builds import routes
+from sgl_overlay.builds.wheels import (
+    no_wheel_fits,
+    patched_wheel_name,
+    shipped_changes,
+    wheel_for_python,
+    wheel_path_of,
+)
+from sgl_overlay.engine import gitutil, subproc
+from sgl_overlay.engine.manifest import Kind, Manifest, Target
+from sgl_overlay.engine.series import Patch, Series
 from sgl_overlay.errors import OverlayError, UsageError
-from sgl_overlay.manifest import Kind, Manifest, Target
-from sgl_overlay.series import Patch, Series
-from sgl_overlay.wheels import no_wheel_fits, patched_wheel_name, shipped_changes, wheel_for_python, wheel_path_of
 
 KERNEL_NAMES = ("sglang-kernel", "sgl-kernel")  # every kernel distribution doctor looks for
 

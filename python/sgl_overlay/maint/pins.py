@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sgl_overlay.manifest import Manifest, Target
-from sgl_overlay.series import Series, same_blob
+from sgl_overlay.engine.manifest import Manifest, Target
+from sgl_overlay.engine.series import Series, same_blob
 
 
 def check(manifest: Manifest) -> dict[str, Series]:

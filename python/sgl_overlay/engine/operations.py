@@ -10,13 +10,22 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
 
-from sgl_overlay import gitutil, records, subproc, transaction
-from sgl_overlay.checkout import Aside, Checkout, ensure_hooks_run, ensure_writable
+from sgl_overlay.engine import gitutil, records, subproc, transaction
+from sgl_overlay.engine.checkout import Aside, Checkout, ensure_hooks_run, ensure_writable
+from sgl_overlay.engine.manifest import Target
+from sgl_overlay.engine.series import Patch, PreimageMismatch, check_preimages
+from sgl_overlay.engine.states import (
+    BLOCKED,
+    IN,
+    PENDING,
+    Content,
+    PatchStatus,
+    Standing,
+    State,
+    content_of,
+    series_status,
+)
 from sgl_overlay.errors import OverlayError, some
-from sgl_overlay.manifest import Target
-from sgl_overlay.series import Patch
-from sgl_overlay.states import BLOCKED, IN, PENDING, Content, PatchStatus, Standing, State, content_of, series_status
-from sgl_overlay.tree import PreimageMismatch, check_preimages
 
 
 @dataclass

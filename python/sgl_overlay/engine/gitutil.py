@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from sgl_overlay import scratch, subproc
+from sgl_overlay.engine import scratch, subproc
 from sgl_overlay.errors import OverlayError
 
 PROJECTS = "sgl-project/sglang or kvcache-ai/sglang"  # the upstreams a checkout is of, as a message names them
