@@ -14,7 +14,7 @@ tried in series order, each on top of the ones before it that applied: `git appl
 or applies with offsets), else `git am -3` (applies with a 3-way merge), else conflicts (the files named).
 A patch that applies is also read by ruff for names it uses that the file never defines (an import main
 lacks). It is text only: no test runs against main.
-A folder main moved (sgl_overlay.checkout.MOVES) is followed when the old path is absent and the new one is
+A folder main moved (sgl_overlay.engine.checkout.MOVES) is followed when the old path is absent and the new one is
 there. --carry writes, for each patch that needed a moved path or a 3-way merge, its main-shaped mbox (the
 commit `git am` made) to <carry>/<target>/<patch stem>/main/. No network: the lead fetches the files
 (docs/upstream.md says how); the laid-out trees (`make trees`) give the series."""
@@ -31,11 +31,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from sgl_overlay import gitutil, prs
-from sgl_overlay.checkout import MOVES, SAME_PLACE, Placement, repo_name
-from sgl_overlay.manifest import Target, load_manifest
-from sgl_overlay.places import places
-from sgl_overlay.tree import BASE_TAG
+from sgl_overlay.builds.places import places
+from sgl_overlay.builds.tree import BASE_TAG
+from sgl_overlay.engine import gitutil
+from sgl_overlay.engine.checkout import MOVES, SAME_PLACE, Placement, repo_name
+from sgl_overlay.engine.manifest import Target, load_manifest
+from sgl_overlay.maint import prs
 
 _OFFSET = re.compile(r"Hunk #\d+ succeeded at \d+ \((?:offset [-\d]+ lines?|with fuzz \d+)\)")
 

@@ -7,46 +7,39 @@ import sys
 
 STARTING = "sgl-overlay: interrupted while starting; nothing was changed"
 try:  # Ctrl-C while the modules load is one line too
-    from sgl_overlay import subproc
+    from sgl_overlay.engine import subproc
 
     # Recorded from here on, not raised: a module that catches everything while it loads cannot swallow it.
     subproc.catch_signals()
     import argparse
+    import errno
     import os
     import signal
     from collections.abc import Callable, Iterator
     from dataclasses import dataclass
     from pathlib import Path
 
-    from sgl_overlay import (
-        __version__,
-        doctor,
-        export,
-        fetch,
-        gitutil,
-        matrix,
-        matrix_report,
-        operations,
-        pins,
-        prs,
-        scratch,
-        transaction,
-        tree,
-        wheels,
-        wording,
-    )
-    from sgl_overlay.checkout import Checkout, detect
-    from sgl_overlay.errors import Interrupted, OverlayError, UsageError, Why
-    from sgl_overlay.manifest import Kind, Manifest, load_manifest
-    from sgl_overlay.places import places
-    from sgl_overlay.series import Series
-    from sgl_overlay.verify import verify_tree
+    from sgl_overlay import __version__
+    from sgl_overlay.builds import doctor, fetch, tree, wheels
+    from sgl_overlay.builds.places import places
+    from sgl_overlay.builds.verify import verify_tree
+    from sgl_overlay.engine import gitutil, operations, scratch, transaction
+    from sgl_overlay.engine.checkout import Checkout, detect
+    from sgl_overlay.engine.manifest import Kind, Manifest, Target, load_manifest
+    from sgl_overlay.engine.series import Series
+    from sgl_overlay.errors import Interrupted, OverlayError, UsageError
+    from sgl_overlay.maint import export, matrix, matrix_report, pins, prs
 except KeyboardInterrupt:
     print(STARTING, file=sys.stderr)
     raise SystemExit(130) from None
 if subproc.caught() is not None:
     print(STARTING, file=sys.stderr)
     raise SystemExit(130)
+
+
+def say(line: str) -> None:
+    """A progress line, out before the next slow step."""
+    print(line, flush=True)
 
 
 @dataclass(frozen=True)
@@ -57,17 +50,21 @@ class Context:
     root: Path  # the repository the patches/ folder sits in
     trees: Path
     cache: Path
+    series: dict[str, Series]  # those the start of the run read (pins.check), by target name
+
+    def series_of(self, target: Target) -> Series:
+        return self.series.get(target.name) or Series.read(target)
 
     def checkouts(self, args: argparse.Namespace) -> list[Checkout]:
         """`--checkout`, else the laid-out tree of each selected target."""
         if getattr(args, "checkout", None) is not None:
-            return [detect(args.checkout, self.manifest, args.target)]
+            return [detect(args.checkout, self.manifest, args.target, self.series)]
         result = []
         for target in self.manifest.select(args.target):
             path = self.trees / target.name
             if not tree.is_ready(path, target):
-                raise OverlayError(Why.NO_TREE, target=target.name, path=path)
-            result.append(detect(path, self.manifest))
+                raise OverlayError(f"no tree for {target.name} at {path}; run `sgl-overlay fetch` first")
+            result.append(detect(path, self.manifest, read=self.series))
         return result
 
 
@@ -77,11 +74,9 @@ def cmd_fetch(args: argparse.Namespace, ctx: Context) -> int:
     Wheels are cached and sha256-checked; build/trees/<target> gets one commit, tagged `upstream`. sgl-kernel's
     pre-images come from its full-context patch, with no network."""
     for target in ctx.manifest.select(args.target):
-        series = Series.read(target)
-        wheel = fetch.fetch_wheels(target, ctx.cache, args.offline)[0] if target.kind == Kind.WHEEL else None
-        print(
-            wording.laid_out(tree.lay_out(target, ctx.trees / target.name, wheel, series, force=args.force)), flush=True
-        )
+        series = ctx.series_of(target)
+        wheel = fetch.fetch_wheels(target, ctx.cache, args.offline, say)[0] if target.kind == Kind.WHEEL else None
+        say(tree.lay_out(target, ctx.trees / target.name, wheel, series, force=args.force).line())
     return 0
 
 
@@ -93,28 +88,28 @@ def cmd_apply(args: argparse.Namespace, ctx: Context) -> int:
     apply or revert left (its journal in the git directory) and removes its lock."""
     if args.abort:
         for co in ctx.checkouts(args):
-            print(wording.aborted(transaction.abort(co.path)), flush=True)
+            say(transaction.abort(co.path).line())
             subproc.release()
         return 0
     for co in ctx.checkouts(args):
-        for line in wording.apply_lines(operations.apply(co, args.strict)):
-            print(line, flush=True)
+        for line in operations.apply(co, args.strict).lines():
+            say(line)
         subproc.release()  # its report is out: a signal now stops before the next checkout
     return 0
 
 
-def _print_each(reports: Iterator[operations.CheckReport | operations.StatusReport], words: Callable) -> int:
-    """Print each checkout's report, in `words`, as it is read; exit 1 when one of them failed."""
+def _print_each(reports: Iterator[operations.CheckReport | operations.StatusReport]) -> int:
+    """Print each checkout's report as it is read; exit 1 when one of them failed."""
     ok = True
     for report in reports:
-        print("\n".join(words(report)), flush=True)
+        say("\n".join(report.lines()))
         ok &= report.ok
     return 0 if ok else 1
 
 
 def cmd_check(args: argparse.Namespace, ctx: Context) -> int:
     """Say what apply would do, touching nothing (exit 1 if it would fail)."""
-    return _print_each((operations.check(co, args.strict) for co in ctx.checkouts(args)), wording.check_lines)
+    return _print_each(operations.check(co, args.strict) for co in ctx.checkouts(args))
 
 
 def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
@@ -124,14 +119,14 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     target file absent, read from the files (uncommitted working files included); the tree is not touched.
     Beside it: where upstream stands and when the series can drop it (`drop: upstream since X` once the
     manifest's applied_upstream names the release X that holds it)."""
-    return _print_each((operations.status(co) for co in ctx.checkouts(args)), wording.status_lines)
+    return _print_each(operations.status(co) for co in ctx.checkouts(args))
 
 
 def cmd_revert(args: argparse.Namespace, ctx: Context) -> int:
     """Remove exactly the overlay's commits (reset when on top, else `git revert`); refuses a dirty tree."""
     for co in ctx.checkouts(args):
-        for line in wording.revert_lines(operations.revert(co)):
-            print(line, flush=True)
+        for line in operations.revert(co).lines():
+            say(line)
         subproc.release()
     return 0
 
@@ -144,22 +139,22 @@ def cmd_verify(args: argparse.Namespace, ctx: Context) -> int:
             found = verify_tree(co.path, co.series[target.name])
             problems += found
             if not found:
-                print(wording.verified(target.name, len(target.patches)))
+                patches = len(target.patches)
+                print(f"verified {target.name}: base matches pins, {patches} patch(es) give the exact post-images")
     for p in problems:
-        print(wording.unproven_line(p), file=sys.stderr)
+        print(f"error: {p.line()}", file=sys.stderr)
     return 1 if problems else 0
 
 
 def cmd_export(args: argparse.Namespace, ctx: Context) -> int:
     """(maintainers) Write the commits on `upstream` in build/trees/<target> back to patches/<target>/."""
     for target in ctx.manifest.select(args.target):
-        for line in wording.export_lines(export.export_series(target, ctx.trees / target.name)):
+        for line in export.lines(export.export_series(target, ctx.trees / target.name)):
             print(line)
     written = pins.rewrite(
         load_manifest(ctx.manifest.path.parent), ctx.manifest.select(args.target) if args.target else None
     )
-    for line in wording.pins_lines(ctx.manifest.path, written):
-        print(line)
+    print("\n".join(pins.lines(ctx.manifest.path, written)))
     return 0
 
 
@@ -173,7 +168,7 @@ def cmd_prs(args: argparse.Namespace, ctx: Context) -> int:
     description writes nothing. Layout: OUT/<target>/<patch stem>/{0001-*.patch,PR.md or REVIEW.md}."""
     by = prs.sender(Path.cwd())
     out = (args.out or ctx.trees.parent / "prs").resolve()
-    for line in wording.prs_lines(prs.export_prs(ctx.manifest.select(args.target), ctx.trees, out, by)):
+    for line in prs.lines(prs.export_prs(ctx.manifest.select(args.target), ctx.trees, out, by)):
         print(line)
     return 0
 
@@ -183,8 +178,7 @@ def cmd_pins(args: argparse.Namespace, ctx: Context) -> int:
 
     Every other command refuses a table the series disagrees with; `export` rewrites it too."""
     written = pins.rewrite(ctx.manifest, ctx.manifest.select(args.target) if args.target else None)
-    for line in wording.pins_lines(ctx.manifest.path, written):
-        print(line)
+    print("\n".join(pins.lines(ctx.manifest.path, written)))
     return 0
 
 
@@ -196,20 +190,18 @@ def cmd_wheels(args: argparse.Namespace, ctx: Context) -> int:
     out_dir, local = (args.out or doctor.default_dist(ctx.root)).resolve(), ctx.manifest.local_version
     if args.print_names:
         rows = wheels.print_names(ctx.manifest.select(args.target), ctx.cache, out_dir, local, args.for_python)
-        print("\n".join(wording.wheel_names(rows)))
+        print("\n".join(" ".join(fields) for fields in rows))  # one line of fields per wheel, for scripts
         return 0
     if args.checkout is not None:
-        print(
-            wording.built(wheels.build_from_checkout(detect(args.checkout, ctx.manifest, args.target), out_dir, local))
-        )
+        co = detect(args.checkout, ctx.manifest, args.target, ctx.series)
+        print(f"built {wheels.build_from_checkout(co, out_dir, local)}")
         return 0
     for target in ctx.manifest.select(args.target):
         if target.kind != Kind.WHEEL:
             continue
-        series = Series.read(target)
-        for wheel in fetch.fetch_wheels(target, ctx.cache, offline=True):
-            made = wheels.build_patched_wheel(series, wheel, ctx.trees / target.name, out_dir, local)
-            print(wording.built(made), flush=True)
+        series = ctx.series_of(target)
+        for wheel in fetch.fetch_wheels(target, ctx.cache, True, say):
+            say(f"built {wheels.build_patched_wheel(series, wheel, ctx.trees / target.name, out_dir, local)}")
     return 0
 
 
@@ -232,27 +224,27 @@ def cmd_matrix(args: argparse.Namespace, ctx: Context) -> int:
     build = ctx.trees.parent / "matrix"
     opts = matrix.Options(ctx.root, ctx.cache, build, run_tests=not args.no_tests, offline=args.offline)
     versions = matrix.parse_versions(args.versions, args.target)
-    runs = matrix.run_matrix(ctx.manifest, args.target, versions, opts)
+    runs = matrix.run_matrix(ctx.manifest, args.target, versions, opts, say)
     out = (args.out or ctx.root / "docs").resolve()
     for path in matrix_report.write_outputs(runs, out, list(ctx.manifest.targets)):
-        print(wording.wrote(path))
+        print(f"wrote {path}")
     problems = matrix.errors(runs)
     for problem in problems:
-        print(wording.matrix_error(*problem), file=sys.stderr)
+        print(problem, file=sys.stderr)
     return 1 if problems else 0
 
 
 def _python_version(text: str) -> tuple[int, int]:
     major, dot, minor = text.partition(".")
     if not (dot and major.isdigit() and minor.isdigit()):
-        raise argparse.ArgumentTypeError(wording.not_a_python_version(text))
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Python version like 3.12")
     return int(major), int(minor)
 
 
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # usage errors exit 2 with one line + hint
         self.print_usage(sys.stderr)
-        raise UsageError(Why.USAGE, message=message, prog=self.prog)
+        raise UsageError(f"{message}; see `{self.prog} --help`")
 
 
 Command = Callable[[argparse.Namespace, Context], int]
@@ -371,7 +363,10 @@ def _finish(args: argparse.Namespace, code: int) -> int:
         return code
     if not subproc.completed():
         raise subproc.interruption(signum)
-    print(wording.after_completion(args.command, signum), file=sys.stderr)
+    print(
+        f"sgl-overlay: signal {signum} came after {args.command} had completed; the change stands as reported above",
+        file=sys.stderr,
+    )
     return code
 
 
@@ -384,25 +379,37 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         manifest = load_manifest(args.patches)
         gitutil.ensure_git_runs()  # before any git call could blame a patch or a checkout for it
-        if args.func not in (cmd_pins, cmd_export):
-            pins.check(manifest)
+        # pins and export rewrite what the check refuses; every other command goes on with the series it read
+        read = {} if args.func in (cmd_pins, cmd_export) else pins.check(manifest)
         at = places(manifest.path, args.trees, args.cache)
-        return _finish(args, args.func(args, Context(manifest, at.root, at.trees, at.cache)))
+        return _finish(args, args.func(args, Context(manifest, at.root, at.trees, at.cache, read)))
     except OverlayError as exc:
-        print(wording.failed(wording.error(exc)), file=sys.stderr)
+        _failed(str(exc))
         return exc.exit_code
     except KeyboardInterrupt:
-        print(wording.INTERRUPTED, file=sys.stderr)
+        print("sgl-overlay: interrupted", file=sys.stderr)
         return Interrupted.exit_code
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as a shell would
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
     except UnicodeError as exc:
-        print(wording.failed(wording.not_text(exc)), file=sys.stderr)
+        _failed(f"a file is not valid text ({exc}); restore it from git")
         return 1
     except OSError as exc:
-        print(wording.failed(wording.os_error(exc)), file=sys.stderr)
+        _failed(_os_error(exc))
         return 1
+
+
+def _failed(line: str) -> None:
+    print(f"sgl-overlay: error: {line}", file=sys.stderr)
+
+
+def _os_error(exc: OSError) -> str:
+    """A file the tool could not use (one no check named before)."""
+    where = f" {exc.filename}" if exc.filename else ""
+    if exc.errno == errno.ENOSPC:
+        return f"cannot write{where}: no space left on the device; free some space there, then run again"
+    return f"cannot use{where}: {exc.strerror or exc}; check it exists and is readable/writable"
 
 
 if __name__ == "__main__":

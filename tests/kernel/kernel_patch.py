@@ -1,6 +1,6 @@
 """The sgl-kernel series as the tool laid it out: pins and both images.
 
-The pins and the series come from the tool's own manifest reader (sgl_overlay.manifest,
+The pins and the series come from the tool's own manifest reader (sgl_overlay.engine.manifest,
 which needs only tomllib and packaging). `sgl-overlay fetch` rebuilds the pre-images from
 the patches' full-file context and proves them by blob id, `apply` commits the series on
 top and `verify` proves HEAD holds the series' final blobs. So build/trees/sgl-kernel
@@ -24,8 +24,8 @@ REVS = {"old": "upstream", "new": "HEAD"}
 
 if str(REPO_ROOT / "python") not in sys.path:
     sys.path.append(str(REPO_ROOT / "python"))
-from sgl_overlay.gitutil import file_blob  # noqa: E402,F401 (the suites use kp.file_blob)
-from sgl_overlay.manifest import load_manifest  # noqa: E402
+from sgl_overlay.engine.gitutil import file_blob  # noqa: E402,F401 (the suites use kp.file_blob)
+from sgl_overlay.engine.manifest import load_manifest  # noqa: E402
 
 TARGET = load_manifest(REPO_ROOT / "patches").get(TARGET_NAME)
 PINNED_PREIMAGES: dict[str, str] = TARGET.preimages

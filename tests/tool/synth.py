@@ -14,7 +14,7 @@ from pathlib import Path
 from packaging.utils import parse_wheel_filename
 from wheel.wheelfile import WheelFile
 
-from sgl_overlay.gitutil import hash_bytes
+from sgl_overlay.engine.gitutil import hash_bytes
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 IDENT = {

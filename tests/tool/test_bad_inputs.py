@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sgl_overlay import wording
+from sgl_overlay.engine.states import ScratchIndex
 from sgl_overlay.errors import OverlayError
-from sgl_overlay.states import ScratchIndex
 from synth import (
     HOLD,
     MODEL_PY,
@@ -279,7 +278,7 @@ def test_scratch_index_that_cannot_be_read_leaves_nothing(tmp_path: Path, monkey
     with pytest.raises(OverlayError) as raised:
         ScratchIndex(co, "deadbeef")
     assert re.fullmatch(
-        r"git read-tree deadbeef in .* failed: fatal: Not a valid object name deadbeef", wording.error(raised.value)
+        r"git read-tree deadbeef in .* failed: fatal: Not a valid object name deadbeef", str(raised.value)
     )
     assert not list(temp.iterdir())
 
@@ -300,7 +299,8 @@ hint: Use --resume-retries to configure resume attempt limit.
 
 @pytest.mark.parametrize("free_mb", [100, 4096])
 def test_download_failure_names_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, free_mb: int) -> None:
-    from sgl_overlay import fetch, subproc
+    from sgl_overlay.builds import fetch
+    from sgl_overlay.engine import subproc
 
     failed = subprocess.CompletedProcess(["pip"], 1, stdout="", stderr=PIP_FULL_TMPDIR_STDERR)
     monkeypatch.setattr(subproc, "run", lambda *args, **kwargs: failed)
@@ -315,13 +315,13 @@ def test_download_failure_names_a_full_disk(tmp_path: Path, monkeypatch: pytest.
     with pytest.raises(OverlayError) as err:
         fetch.download("sglang==0.5.23", "sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl", tmp_path)
     if free_mb < 512:
-        assert wording.error(err.value) == (
+        assert str(err.value) == (
             f"pip could not download sglang==0.5.23: only {free_mb} MB free in {tmp}, and pip reports a full "
             "disk as a connectivity problem; free some space and run again"
         )
     else:
         # enough space: pip's own error line, not its guess about the network
-        assert wording.error(err.value) == (
+        assert str(err.value) == (
             "pip could not download sglang==0.5.23: Download failed after 6 attempts because not enough bytes "
             "were received (2.1 MB/39.1 MB); "
             "check the network, or put the wheel into the cache folder by hand"

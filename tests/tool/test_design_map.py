@@ -1,5 +1,7 @@
-"""docs/DESIGN.md's map of the tool is the code's: one row per module of python/sgl_overlay, each module
-importing only modules below its row, and each "called by" cell exactly the modules that import it."""
+"""docs/DESIGN.md's map of the tool is the code's: one row per module of python/sgl_overlay (its subpackages'
+modules by their own names), each module importing only modules below its row, and each "called by" cell exactly
+the modules that import it; and the subpackages' layers point one way: `engine` imports neither `builds` nor
+`maint`, `builds` does not import `maint`."""
 
 from __future__ import annotations
 
@@ -15,8 +17,20 @@ DESIGN = REPO / "docs" / "DESIGN.md"
 ANY_ABOVE = "any module above"
 
 
+SUBPACKAGES = ("engine", "builds", "maint")  # each may import only those before it
+
+
+def paths() -> dict[str, Path]:
+    """Each module by its name (unique across the subpackages), to its file; a subpackage's `__init__` holds
+    only its docstring and is not one."""
+    found = {p.stem: p for p in PACKAGE.glob("*.py")}
+    for sub in SUBPACKAGES:
+        found.update((p.stem, p) for p in (PACKAGE / sub).glob("*.py") if p.stem != "__init__")
+    return found
+
+
 def modules() -> list[str]:
-    return sorted(p.stem for p in PACKAGE.glob("*.py"))
+    return sorted(paths())
 
 
 def _type_checking(node: ast.AST) -> bool:
@@ -25,7 +39,8 @@ def _type_checking(node: ast.AST) -> bool:
 
 def imports(source: str, known: list[str], typing: bool = False) -> set[str]:
     """The package's modules that `source` imports at run time (anywhere but under `if TYPE_CHECKING:`; with
-    `typing`, there too); `from sgl_overlay import x` is module x, or `__init__` for a name defined there."""
+    `typing`, there too); `from sgl_overlay import x` (or `from sgl_overlay.engine import x`) is module x, or
+    `__init__` for a name defined there; `sgl_overlay.engine.x` is module x."""
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
@@ -33,12 +48,12 @@ def imports(source: str, known: list[str], typing: bool = False) -> set[str]:
             if _type_checking(child) and not typing:
                 continue
             if isinstance(child, ast.ImportFrom) and (child.module or "").split(".")[0] == "sgl_overlay":
-                if child.module == "sgl_overlay":
+                if child.module.split(".")[1:] in ([], *([s] for s in SUBPACKAGES)):
                     found.update(a.name if a.name in known else "__init__" for a in child.names)
                 else:
-                    found.add(child.module.split(".")[1])
+                    found.add(child.module.split(".")[-1])
             elif isinstance(child, ast.Import):
-                found.update(a.name.split(".")[1] for a in child.names if a.name.startswith("sgl_overlay."))
+                found.update(a.name.split(".")[-1] for a in child.names if a.name.startswith("sgl_overlay."))
             visit(child)
 
     visit(ast.parse(source))
@@ -46,8 +61,8 @@ def imports(source: str, known: list[str], typing: bool = False) -> set[str]:
 
 
 def import_graph(typing: bool = False) -> dict[str, set[str]]:
-    known = modules()
-    return {m: imports((PACKAGE / f"{m}.py").read_text(), known, typing) - {m} for m in known}
+    files = paths()
+    return {m: imports(path.read_text(), sorted(files), typing) - {m} for m, path in files.items()}
 
 
 def cycle(graph: dict[str, set[str]]) -> list[str]:
@@ -113,6 +128,31 @@ def test_no_import_cycle():
     assert cycle(import_graph(typing=True)) == []
 
 
+def layer_problems(graph: dict[str, set[str]], layer: dict[str, str]) -> list[str]:
+    """Each import of a module in a later subpackage (SUBPACKAGES order) than the importer's own."""
+    rank = {sub: i for i, sub in enumerate(SUBPACKAGES)}
+    return [
+        f"{layer[m]}.{m} imports {layer[d]}.{d}"
+        for m, deps in sorted(graph.items())
+        if m in layer
+        for d in sorted(deps)
+        if d in layer and rank[layer[d]] > rank[layer[m]]
+    ]
+
+
+def test_the_layers_point_one_way():
+    """engine -> nothing of builds or maint; builds -> nothing of maint (types included)."""
+    layer = {m: p.parent.name for m, p in paths().items() if p.parent.name in SUBPACKAGES}
+    assert set(layer.values()) == set(SUBPACKAGES)
+    assert layer_problems(import_graph(typing=True), layer) == []
+
+
+def test_an_import_against_the_layers_is_named():
+    layer = {"operations": "engine", "tree": "builds", "pins": "maint"}
+    graph = {"operations": {"tree"}, "tree": {"pins", "operations"}, "pins": {"operations", "tree"}}
+    assert layer_problems(graph, layer) == ["engine.operations imports builds.tree", "builds.tree imports maint.pins"]
+
+
 def test_a_cycle_is_found():
     graph = {"doctor": {"wheels"}, "wheels": {"fetch"}, "fetch": {"wording"}, "wording": {"doctor", "errors"}}
     assert cycle(graph) == ["doctor", "wheels", "fetch", "wording", "doctor"]
@@ -121,15 +161,18 @@ def test_a_cycle_is_found():
 
 
 def test_the_import_graph_is_read_right():
-    known = ["cli", "errors", "states", "__init__"]
+    known = ["cli", "errors", "states", "gitutil", "tree", "__init__"]
     source = (
         "from typing import TYPE_CHECKING\n"
-        "from sgl_overlay import __version__, states\n"
+        "from sgl_overlay import __version__\n"
+        "from sgl_overlay.engine import states\n"
+        "import sgl_overlay.engine.gitutil\n"
         "if TYPE_CHECKING:\n    from sgl_overlay.cli import main\n"
-        "def f():\n    from sgl_overlay.errors import Why\n"
+        "def f():\n    from sgl_overlay.errors import OverlayError\n"
+        "    from sgl_overlay.builds.tree import BASE_TAG\n"
     )
-    assert imports(source, known) == {"__init__", "states", "errors"}
-    assert imports(source, known, typing=True) == {"__init__", "states", "errors", "cli"}
+    assert imports(source, known) == {"__init__", "states", "gitutil", "errors", "tree"}
+    assert imports(source, known, typing=True) == {"__init__", "states", "gitutil", "errors", "tree", "cli"}
 
 
 ROWS = [("cli", {"__main__"}), ("__main__", set()), ("wording", {"cli"}), ("errors", None)]

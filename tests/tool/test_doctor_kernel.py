@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sgl_overlay import routes
-from sgl_overlay.doctor import Finding, check_kernel
+from sgl_overlay.builds import routes
+from sgl_overlay.builds.doctor import Finding, check_kernel
 
 RUNNER_IN = Finding("sglang", "the DeepGEMM runner", True, "")
 RUNNER_STOCK = Finding("sglang", "the DeepGEMM runner", False, "pip install --no-deps --force-reinstall dist/x.whl")

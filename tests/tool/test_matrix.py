@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from sgl_overlay import matrix, matrix_report
-from sgl_overlay.manifest import load_manifest
-from sgl_overlay.states import Outcome, State
+from sgl_overlay.engine.manifest import load_manifest
+from sgl_overlay.engine.states import Outcome, State
+from sgl_overlay.maint import matrix, matrix_report
 from synth import blob, cli, clone, git, make_upstream, make_wheel, snapshot, write
 
 BASE = "".join(f"V{i} = {i}\n" for i in range(1, 41))

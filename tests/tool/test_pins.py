@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sgl_overlay.manifest import load_manifest
-from sgl_overlay.series import Series
+from sgl_overlay.engine.manifest import load_manifest
+from sgl_overlay.engine.series import Series
 from synth import HOOK_PY, MODEL_PY, blob, cli, make_overlay
 
 

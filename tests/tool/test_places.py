@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from helpers import REPO_ROOT
-from sgl_overlay import places as places_module
-from sgl_overlay.places import places
+from sgl_overlay.builds import places as places_module
+from sgl_overlay.builds.places import places
 
 
 def test_a_checkout_keeps_them_beside_its_patches(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -13,10 +13,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from sgl_overlay import prs
-from sgl_overlay.manifest import load_manifest
-from sgl_overlay.series import Series
-from sgl_overlay.tree import is_ready
+from sgl_overlay.builds.tree import is_ready
+from sgl_overlay.engine.manifest import load_manifest
+from sgl_overlay.engine.series import Series
+from sgl_overlay.maint import prs
 from synth import HOOK_PY, MODEL_PY, REPO_ROOT, cli, edit_line, git, make_overlay, one_error, pin_wheel, snapshot
 
 BUG = "https://github.com/example/sglang/issues/7"

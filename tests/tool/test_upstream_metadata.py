@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sgl_overlay.manifest import load_manifest
-from sgl_overlay.series import BUG, FORWARDED, NO_AUTHOR, NOT_YET, Series, read_patch
+from sgl_overlay.engine.manifest import load_manifest
+from sgl_overlay.engine.series import BUG, FORWARDED, NO_AUTHOR, NOT_YET, Series, read_patch
 from synth import MODEL_PY, Overlay, blob, cli, clone, edit_line, git, make_overlay, one_error, pin_wheel, snapshot
 
 REPO_PATCHES = Path(__file__).resolve().parents[2] / "patches"

@@ -15,9 +15,9 @@ import pytest
 from wheel.wheelfile import WheelFile
 
 from helpers import check_record
-from sgl_overlay.doctor import DoctorReport, Finding, report_lines
-from sgl_overlay.manifest import load_manifest
-from sgl_overlay.wheels import wheel_for_python
+from sgl_overlay.builds.doctor import DoctorReport, Finding, report_lines
+from sgl_overlay.builds.wheels import wheel_for_python
+from sgl_overlay.engine.manifest import load_manifest
 from synth import (
     HOOK_PY,
     KERNEL,

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from helpers import REPO_ROOT as REPO
-from sgl_overlay.manifest import load_manifest
-from sgl_overlay.series import Series
+from sgl_overlay.engine.manifest import load_manifest
+from sgl_overlay.engine.series import Series
 
 MANIFEST = load_manifest(REPO / "patches")
 INSTALLED = REPO / "build" / "installed"

@@ -18,10 +18,10 @@ import pytest
 
 from helpers import REPO_ROOT as REPO
 from helpers import check_record
-from sgl_overlay.gitutil import hash_bytes
-from sgl_overlay.manifest import load_manifest
-from sgl_overlay.series import Series
-from sgl_overlay.wheels import patched_wheel_name, shipped_changes, wheel_for_python
+from sgl_overlay.builds.wheels import patched_wheel_name, shipped_changes, wheel_for_python
+from sgl_overlay.engine.gitutil import hash_bytes
+from sgl_overlay.engine.manifest import load_manifest
+from sgl_overlay.engine.series import Series
 
 INSTALLED = REPO / "build" / "installed"
 VENV_312 = INSTALLED / "venv-cp312"

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from helpers import REPO_ROOT as REPO
-from sgl_overlay.manifest import default_patches_dir, load_manifest
-from sgl_overlay.wheels import patched_wheel_name
+from sgl_overlay.builds.wheels import patched_wheel_name
+from sgl_overlay.engine.manifest import default_patches_dir, load_manifest
 
 PATCHES = REPO / "patches"
 PACKAGED = "sgl_overlay/patches/"  # where the wheel carries them
@@ -78,7 +78,7 @@ def test_tool_wheel_carries_patches_byte_for_byte() -> None:
 
 def test_installed_tool_reads_its_packaged_copy(tool_venv: Path, tmp_path: Path) -> None:
     """From any folder, the repository's included: the installed tool's default is the copy it carries."""
-    probe = "from sgl_overlay.manifest import load_manifest; print(load_manifest().path)"
+    probe = "from sgl_overlay.engine.manifest import load_manifest; print(load_manifest().path)"
     for cwd in (tmp_path, REPO):
         proc = subprocess.run(
             [str(tool_venv / "bin" / "python"), "-c", probe], capture_output=True, text=True, cwd=cwd, check=True

@@ -6,9 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from sgl_overlay import gitutil
-from sgl_overlay.series import Series
-from sgl_overlay.tree import BASE_TAG, PreimageMismatch, base_commit, check_preimages
+from sgl_overlay.builds.tree import BASE_TAG, base_commit, no_op
+from sgl_overlay.engine import gitutil
+from sgl_overlay.engine.series import PreimageMismatch, Series, check_preimages
+from sgl_overlay.errors import OverlayError
+
+MAKE_TREES = "run `make trees` (fetch, apply, verify) first"  # what makes verified trees
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,20 @@ class Unproven:
     no_op_on: str = ""
     says_base: str = ""
     applies_to: str = ""
+
+    def line(self) -> str:
+        if self.base is not None:
+            return f"{self.target} base: {self.base.line()}"
+        if self.dirty is not None:
+            return f"{self.target}: {self.dirty} has uncommitted changes"
+        if self.no_op_on:
+            return no_op(self.patch, self.target, self.no_op_on)
+        if self.says_base:
+            return (
+                f"{self.patch} says base-commit {self.says_base}, the {self.target} series applies to "
+                f"{self.applies_to}; re-export it with `sgl-overlay export -t {self.target}`"
+            )
+        return f"{self.target}: {self.path} is blob {self.found}, the series ends at {self.want}"
 
 
 def verify_tree(repo: Path, series: Series) -> list[Unproven]:
@@ -52,3 +69,10 @@ def verify_tree(repo: Path, series: Series) -> list[Unproven]:
     if gitutil.changed_files(repo):
         problems.append(Unproven(name, dirty=repo))
     return problems
+
+
+def require_verified(repo: Path, series: Series) -> None:
+    """Refuse a tree that is not the pins plus the series (what wheels and pull requests are made from)."""
+    problems = verify_tree(repo, series)
+    if problems:
+        raise OverlayError(f"{problems[0].line()}; {MAKE_TREES}")

@@ -12,13 +12,13 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from sgl_overlay import gitutil, scratch
-from sgl_overlay.checkout import MOVES, Placement, repo_name
-from sgl_overlay.errors import OverlayError, Why
-from sgl_overlay.manifest import Target
-from sgl_overlay.series import BUG, TRAILERS, Patch, Series
-from sgl_overlay.tree import BASE_TAG, is_ready
-from sgl_overlay.verify import verify_tree
+from sgl_overlay.builds.tree import BASE_TAG, require_patched
+from sgl_overlay.builds.verify import require_verified
+from sgl_overlay.engine import gitutil, scratch
+from sgl_overlay.engine.checkout import MOVES, Placement, repo_name
+from sgl_overlay.engine.manifest import Target
+from sgl_overlay.engine.series import BUG, TRAILERS, Patch, Series
+from sgl_overlay.errors import OverlayError
 
 UPSTREAM_CONTEXT = "-U3"  # what upstream reviews: the stored sgl-kernel series carries whole files
 DESCRIPTION = ".pr.md"  # patches/<target>/<patch stem>.pr.md
@@ -63,7 +63,10 @@ def sender(where: Path) -> Sender:
     found = {key: gitutil.config_get(where, key) for key in ("user.name", "user.email")}
     missing = [key for key, value in found.items() if not value]
     if missing:
-        raise OverlayError(Why.NO_SENDER, setting=missing[0], where=where)
+        raise OverlayError(
+            f"`sgl-overlay prs` writes each pull request as you, and git has no {missing[0]} in {where}; set it "
+            f"(`git config --global {missing[0]} ...`, or in that checkout), then run it again"
+        )
     return Sender(found["user.name"] or "", found["user.email"] or "")
 
 
@@ -105,23 +108,35 @@ def check_description(target: Target, patch: Patch) -> Description:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise OverlayError(Why.PR_NO_DESCRIPTION, path=path, patch=patch.label) from None
+        raise OverlayError(
+            f"no pull-request description {path} for {patch.label}; write it (`# [Area] Title`, then the sections "
+            "of upstream's template), then run `sgl-overlay prs` again"
+        ) from None
     first = text.partition("\n")[0]
     own = repo_name(target.upstream)
     review = REVIEW_TITLE.fullmatch(first)
     if not review and not TITLE.fullmatch(first):
-        raise OverlayError(Why.PR_BAD_TITLE, path=path, line=first)
+        raise OverlayError(
+            f"{path}: first line {first!r} is not a pull-request title; write it as `# [Area] Title` (or, for a "
+            "review of an open pull request, `# Review of owner/repo#N: what it proposes`)"
+        )
     want, found = REVIEW_SECTIONS if review else sections_of(target), tuple(_HEADING.findall(text))
     if found != want:
-        raise OverlayError(Why.PR_SECTIONS, path=path, found=list(found), want=list(want), review=bool(review))
+        shape = "a review" if review else "upstream's template"
+        raise OverlayError(
+            f"{path} has the sections {list(found)}, {shape} has {list(want)}; use exactly those `## ` headings, in "
+            "that order"
+        )
     bodies = _HEADING.split(text)[2::2]
     empty = [name for name, body in zip(want, bodies) if not body.strip()]
     if empty:
-        raise OverlayError(Why.PR_EMPTY_SECTION, path=path, section=empty[0])
+        raise OverlayError(f"{path}: section `## {empty[0]}` is empty; say what it asks for")
     bug = patch.trailer(BUG)
     m = _ISSUE.fullmatch(bug)
     if m and not _links(text, m.group(1), m.group(2), own, bug, bool(review)):
-        raise OverlayError(Why.PR_NO_ISSUE_LINK, path=path, bug=bug, same=m.group(1) == own, review=bool(review))
+        name = "#" + bug.rsplit("/", 1)[1] if m.group(1) == own else bug
+        add = f"`{name}` to `## Why`" if review else f"`Fixes {name}` to `## Motivation`"
+        raise OverlayError(f"{path} does not name the issue its patch fixes ({bug}); add {add}")
     return Description(text, (review.group(1) or own, int(review.group(2))) if review else None)
 
 
@@ -149,11 +164,8 @@ def upstream_commits(target: Target, tree: Path, by: Sender) -> list[str]:
     """The series of a verified laid-out tree as new commits (objects only) with upstream's messages, authored
     and committed `by` the sender: each tree and its dates kept, the overlay's trailers dropped. In series
     order."""
-    if not is_ready(tree, target):
-        raise OverlayError(Why.NO_TREE_TO_EXPORT, target=target.name, tree=tree)
-    problems = verify_tree(tree, Series.read(target))
-    if problems:
-        raise OverlayError(Why.TREE_NOT_VERIFIED, problem=problems[0])
+    require_patched(tree, target)
+    require_verified(tree, Series.read(target))
     parent = gitutil.out(tree, "rev-parse", f"{BASE_TAG}^{{commit}}")
     made = []
     for commit in gitutil.out(tree, "rev-list", "--reverse", f"{BASE_TAG}..HEAD").split():
@@ -240,3 +252,21 @@ def export_prs(targets: list[Target], trees: Path, out: Path, by: Sender) -> lis
             shutil.rmtree(out / target.name, ignore_errors=True)
             shutil.move(Path(tmp) / target.name, out / target.name)
     return made
+
+
+def lines(made: list[PullRequest]) -> list[str]:
+    """One line per exported pull request (or review): its folder, title, files and lines at normal context, and
+    for a review the command that posts it."""
+    result = []
+    for pr in made:
+        line = f"wrote {pr.folder}/: {pr.title} ({len(pr.files)} file(s), +{pr.added} -{pr.removed})"
+        if pr.forwarded:
+            line += f"; {'sent' if pr.reviews else 'open'} upstream as {pr.forwarded}"
+        elif pr.reviews:
+            repo, number = pr.reviews
+            line += (
+                f"; post it on {repo}#{number} with `gh pr review {number} --repo {repo} --comment --body-file "
+                f"{pr.folder}/REVIEW.md` (the mbox beside it: the change it proposes)"
+            )
+        result.append(line)
+    return result

@@ -10,8 +10,8 @@ import socket
 from enum import Enum, auto
 from pathlib import Path
 
-from sgl_overlay import subproc
-from sgl_overlay.errors import OverlayError, Why
+from sgl_overlay.engine import subproc
+from sgl_overlay.errors import OverlayError
 
 # The records' format. A journal of another format is refused (its fields could mean something else);
 # a lock without one is an older version's, whose pid and start still name its run.
@@ -117,7 +117,10 @@ def read_lock(path: Path, repo: Path) -> dict | None:
         return None
     problem = _lock_problem(data)
     if problem:
-        raise OverlayError(Why.BAD_LOCK, lock=path, repo=repo, reason=problem)
+        raise OverlayError(
+            f"{path} cannot be read exactly by this sgl-overlay ({problem}): nothing was changed; if no sgl-overlay "
+            f"runs on {repo}, remove it with `rm {path}`"
+        )
     return data  # type: ignore[return-value]
 
 
@@ -131,7 +134,12 @@ def read_journal(path: Path, repo: Path, lock: Path) -> dict | None:
     if problem:
         head = data.get("head") if isinstance(data, dict) and isinstance(data.get("head"), str) else None
         head = head if head and SHA.match(head) else None
-        raise OverlayError(Why.BAD_JOURNAL, journal=path, repo=repo, lock=lock, reason=problem, head=head)
+        raise OverlayError(
+            f"{path} cannot be read exactly by this sgl-overlay ({problem}): nothing was changed; to roll that run "
+            f"back keeping your work, in {repo}: `git am --abort` if `git status` says an am is in progress, then "
+            f"`git reset --keep {head[:12] if head else '<the commit before the run (git reflog)>'}` (it keeps your "
+            f"uncommitted changes and refuses where they touch the run's files), then `rm {path} {lock}`"
+        )
     return data  # type: ignore[return-value]
 
 
@@ -193,7 +201,11 @@ def read_commits(common: Path, repo: Path) -> dict[str, str]:
         return {}
     made = data.get("commits") if isinstance(data, dict) and data.get("version") == VERSION else None
     if not (isinstance(made, dict) and all(SHA.match(k) and isinstance(v, str) for k, v in made.items())):
-        raise OverlayError(Why.BAD_COMMITS, file=path, repo=repo)
+        raise OverlayError(
+            f"{path} cannot be read exactly by this sgl-overlay: nothing was changed; it lists the commits "
+            f"sgl-overlay made in {repo}: restore it, or remove it (`rm {path}`: then no commit there counts as "
+            "applied by sgl-overlay, and `revert` removes none)"
+        )
     return made
 
 

@@ -7,10 +7,10 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sgl_overlay import gitutil, records
-from sgl_overlay.errors import OverlayError, Why
-from sgl_overlay.manifest import Manifest, Target
-from sgl_overlay.series import Series
+from sgl_overlay.engine import gitutil, records
+from sgl_overlay.engine.manifest import Manifest, Target
+from sgl_overlay.engine.series import Series
+from sgl_overlay.errors import OverlayError
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,11 @@ class Aside:
     folder: str = ""
     project: str = ""
     upstream: str = ""
+
+    def line(self) -> str:
+        if self.moved is not None:
+            return f"{self.moved.why}; its patches map there"
+        return f"{self.folder}/ here is {self.project}'s own copy, not {self.upstream}'s"
 
 
 @dataclass(frozen=True)
@@ -133,13 +138,19 @@ def _found(repo: Path, manifest: Manifest) -> tuple[list[Target], dict[str, Asid
     return found, optional, placements
 
 
-def detect(path: Path, manifest: Manifest, only: list[str] | None = None) -> Checkout:
+def detect(
+    path: Path, manifest: Manifest, only: list[str] | None = None, read: dict[str, Series] | None = None
+) -> Checkout:
     """Find the targets in `path`: the tree marker, the project (marker file, pyproject name),
-    and component targets by marker file. `only` limits to those names, all required."""
+    and component targets by marker file. `only` limits to those names, all required; `read`: series
+    already read this run, by target name."""
     repo = gitutil.toplevel(path)
     if gitutil.git(repo, "rev-parse", "--verify", "-q", "HEAD", check=False).returncode != 0:
         branch = gitutil.git(repo, "symbolic-ref", "-q", "HEAD", check=False).stdout.strip()
-        raise OverlayError(Why.UNBORN, checkout=repo, branch=branch or "HEAD")
+        raise OverlayError(
+            f"{repo} has no commit yet (branch {(branch or 'HEAD').removeprefix('refs/heads/')} is unborn); pass a "
+            f"checkout of {gitutil.PROJECTS}, or commit its files first"
+        )
     marked = gitutil.config_get(repo, "sgl-overlay.target")
     if marked:  # a tree `sgl-overlay fetch` laid out: exactly its own target
         found, optional, placements = [manifest.get(marked)], {}, {}
@@ -149,39 +160,61 @@ def detect(path: Path, manifest: Manifest, only: list[str] | None = None) -> Che
         wanted = [manifest.get(n) for n in only]
         missing = [t.name for t in wanted if t not in found]
         if missing and found:
-            raise OverlayError(Why.NOT_THAT_TARGET, checkout=repo, missing=missing[0], found=[t.name for t in found])
+            raise OverlayError(
+                f"{repo} does not hold target {missing[0]} (it holds {', '.join(t.name for t in found)})"
+            )
         found = wanted if not found else [t for t in found if t in wanted]
         optional = {}
     if not found:
         if gitutil.config_get(repo, "core.sparseCheckout") == "true":
-            raise OverlayError(Why.SPARSE, checkout=repo)
-        raise OverlayError(Why.UNKNOWN_PROJECT, checkout=repo)
+            raise OverlayError(
+                f"{repo} is a sparse checkout that leaves out the files naming its project (python/pyproject.toml, "
+                "sgl-kernel/); widen it with `git sparse-checkout add python sgl-kernel` (or `git sparse-checkout "
+                "disable`), then try again"
+            )
+        raise OverlayError(
+            f"unknown project in {repo}: neither python/pyproject.toml names sglang or sglang-kt nor "
+            f"sgl-kernel/ is there; pass a checkout of {gitutil.PROJECTS}"
+        )
     return Checkout(
         path=repo,
         targets=tuple(found),
         laid_out=bool(marked),
         optional=optional,
         placements={n: p for n, p in placements.items() if any(t.name == n for t in found)},
-        series={t.name: Series.read(t) for t in found},
+        series={t.name: (read or {}).get(t.name) or Series.read(t) for t in found},
         made=None if marked else records.read_commits(gitutil.common_dir(repo), repo),
     )
+
+
+def uncommitted(checkout: Path, files: list[str]) -> str:
+    """What a refusal of uncommitted changes says they are."""
+    return f"{checkout} has uncommitted changes in {len(files)} file(s) (first: {files[0]})"
 
 
 def ensure_writable(co: Checkout) -> None:
     """Refuse a read-only tree, one with a half-finished git operation or uncommitted changes."""
     if gitutil.read_only(co.path):
-        raise OverlayError(Why.READ_ONLY, checkout=co.path)
+        raise OverlayError(
+            f"{co.path} is read-only (git cannot write its objects): apply and revert cannot change it; make it "
+            "writable, or work in a writable clone (`git clone` it), then try again"
+        )
     busy = gitutil.operation_in_progress(co.path)
     if busy:
-        raise OverlayError(Why.GIT_BUSY, checkout=co.path, operation=busy)
+        what, ends = gitutil.GIT_OPERATIONS[busy]
+        raise OverlayError(f"{co.path} has {what}; finish it or run {ends} there, then try again")
     dirty = gitutil.changed_files(co.path)
     if dirty:
-        raise OverlayError(Why.DIRTY, checkout=co.path, count=len(dirty), first=dirty[0])
+        raise OverlayError(f"{uncommitted(co.path, dirty)}; commit or stash them, then try again")
     listed = gitutil.git(co.path, "ls-files", "-v", "-z").stdout.split("\0")  # tag `S`: marked --skip-worktree
     skipped = [entry[2:] for entry in listed if entry.startswith("S ") and (co.path / entry[2:]).is_file()]
     for path, blob in gitutil.worktree_blobs(co.path, skipped).items():  # through git's filters
         if blob != gitutil.blob_at(co.path, "", path):
-            raise OverlayError(Why.SKIP_WORKTREE_EDITED, checkout=co.path, file=path)
+            raise OverlayError(
+                f"{path} in {co.path} is edited but marked --skip-worktree, so git shows no change there and "
+                f"`git am` would stop on it; `git update-index --no-skip-worktree {path}`, commit or stash the edit, "
+                "then try again"
+            )
 
 
 def ensure_hooks_run(co: Checkout) -> None:
@@ -189,4 +222,7 @@ def ensure_hooks_run(co: Checkout) -> None:
     if not co.laid_out:
         hook = gitutil.git_path(co.path, "hooks/commit-msg")
         if hook.is_file() and os.access(hook, os.X_OK):
-            raise OverlayError(Why.COMMIT_MSG_HOOK, checkout=co.path, hook=hook)
+            raise OverlayError(
+                f"{co.path} has a commit-msg hook ({hook}) that `git am` does not run: the overlay's commits "
+                f"would bypass it; to accept that, `chmod -x {hook}` for this apply and `chmod +x` it after"
+            )

@@ -12,14 +12,14 @@ from packaging import tags
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
-from sgl_overlay import gitutil, scratch, subproc, wording
-from sgl_overlay.checkout import Checkout
-from sgl_overlay.errors import OverlayError, Why
-from sgl_overlay.fetch import pip_tag_args
-from sgl_overlay.manifest import Kind, PinnedWheel, Target
-from sgl_overlay.series import Series
-from sgl_overlay.states import IN, series_status
-from sgl_overlay.verify import verify_tree
+from sgl_overlay.builds.fetch import pip_tag_args
+from sgl_overlay.builds.verify import MAKE_TREES, require_verified
+from sgl_overlay.engine import gitutil, scratch, subproc
+from sgl_overlay.engine.checkout import Checkout, uncommitted
+from sgl_overlay.engine.manifest import Kind, PinnedWheel, Target
+from sgl_overlay.engine.series import Series
+from sgl_overlay.engine.states import IN, series_status
+from sgl_overlay.errors import OverlayError
 
 
 def wheel_path_of(target: Target, tree_path: str) -> str | None:
@@ -60,7 +60,8 @@ def python_tags(target: Target) -> list[str]:
 
 def no_wheel_fits(target: Target, python: tuple[int, int]) -> str:
     """Why no wheel of `target` can serve CPython `python` (for `wheels --print-names` and `doctor`)."""
-    return wording.no_wheel_fits(target.name, python, python_tags(target))
+    covered = ", ".join(python_tags(target))
+    return f"no pinned {target.name} wheel fits Python {python[0]}.{python[1]}; the pins cover {covered}"
 
 
 def print_names(
@@ -76,7 +77,7 @@ def print_names(
         if python is not None:
             pin = wheel_for_python(target, python)
             if pin is None:
-                raise OverlayError(Why.NO_WHEEL_FITS, target=target.name, python=python, covered=python_tags(target))
+                raise OverlayError(no_wheel_fits(target, python))
             pins = (pin,)
         for pin in pins:
             tag = "-".join(sorted({t.interpreter for t in parse_wheel_filename(pin.file)[3]}))
@@ -104,7 +105,11 @@ def _check_stock(series: Series, unpacked: Path, wheel_name: str) -> None:
         want = pinned.get(path)
         found = gitutil.file_blob(unpacked / rel)
         if found != want:
-            raise OverlayError(Why.STOCK_WHEEL_DIFFERS, wheel=wheel_name, rel=rel, found=found, want=want, file=path)
+            raise OverlayError(
+                f"{wheel_name}: {rel} is {f'blob {found}' if found else 'absent'}, the manifest pins "
+                f"{f'blob {want}' if want else 'absent (the series adds it)'} for {path}; the series is proven on "
+                "the pinned pre-images only: unpin this wheel in patches/manifest.toml or port the series to it"
+            )
 
 
 def build_patched_wheel(series: Series, wheel: Path, tree: Path, out_dir: Path, local_version: str) -> Path:
@@ -115,9 +120,7 @@ def build_patched_wheel(series: Series, wheel: Path, tree: Path, out_dir: Path, 
     from the target's first wheel; any pinned wheel whose touched files hold the same pinned
     pre-images gets the same post-image blobs.
     """
-    problems = verify_tree(tree, series)
-    if problems:
-        raise OverlayError(Why.TREE_NOT_VERIFIED, problem=problems[0])
+    require_verified(tree, series)
     out_dir.mkdir(parents=True, exist_ok=True)
     with scratch.folder("wheel") as tmp:
         subproc.run([sys.executable, "-m", "wheel", "unpack", "-d", tmp, wheel], f"unpacking {wheel.name}")
@@ -130,16 +133,19 @@ def build_patched_wheel(series: Series, wheel: Path, tree: Path, out_dir: Path, 
                 continue
             data = gitutil.cat_blob(tree, "HEAD", path)
             if data is None:
-                raise OverlayError(Why.TREE_LACKS_FILE, tree=tree, file=path)
+                raise OverlayError(f"{tree} lacks {path} at HEAD; {MAKE_TREES}")
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(data)
         # Zip timestamps from the tree's last commit (patch dates): the same pins give the same bytes.
         epoch = os.environ.get("SOURCE_DATE_EPOCH") or gitutil.out(tree, "log", "-1", "--format=%at", "HEAD")
         pack = [sys.executable, "-m", "wheel", "pack", "-d", out_dir, "--local-version", local_version, unpacked]
         subproc.run(pack, f"packing the patched {wheel.name}", env={"SOURCE_DATE_EPOCH": epoch})
-    made = out_dir / patched_wheel_name(wheel.name, local_version)
+    return _packed(out_dir / patched_wheel_name(wheel.name, local_version))
+
+
+def _packed(made: Path) -> Path:
     if not made.is_file():
-        raise OverlayError(Why.WHEEL_NOT_PACKED, made=made)
+        raise OverlayError(f"`wheel pack` did not write {made}; is the wheel package >= 0.46 installed?")
     return made
 
 
@@ -150,16 +156,28 @@ def build_from_checkout(co: Checkout, out_dir: Path, local_version: str) -> Path
     projects = [t for t in co.required if t.layout]
     if not projects:
         names = [t.name for t in co.required]
-        raise OverlayError(Why.NOT_A_PROJECT, targets=names, kernel=checkout / "sgl-kernel")
+        raise OverlayError(
+            f"`wheels --checkout` builds the python/ package (sglang or sglang-kt), not {', '.join(names)}; the "
+            f"kernel wheel needs CUDA: build it with `pip wheel --no-deps {checkout / 'sgl-kernel'}` on a GPU machine"
+        )
     dirty = gitutil.changed_files(checkout)
     if dirty:  # pip builds the working files; the states below are HEAD's
-        raise OverlayError(Why.DIRTY_BUILD, checkout=checkout, count=len(dirty), first=dirty[0])
+        raise OverlayError(
+            f"{uncommitted(checkout, dirty)}: `wheels --checkout` would build them, and the wheel would not be the "
+            "checked series; commit or stash them, then build again (nothing was built)"
+        )
     statuses = (r for t in projects for r in series_status(checkout, co.series[t.name], placement=co.placement(t.name)))
     pending = next((r for r in statuses if r.state not in IN), None)
     if pending is not None:
-        raise OverlayError(Why.NOT_APPLIED_YET, patch=pending.patch.label, state=pending.state, checkout=checkout)
+        raise OverlayError(
+            f"{pending.patch.label} is {pending.state.value} in {checkout}; run `sgl-overlay apply --checkout "
+            f"{checkout}` first"
+        )
     if not os.access(source, os.W_OK):
-        raise OverlayError(Why.SOURCE_READ_ONLY, source=source)
+        raise OverlayError(
+            f"{source} is read-only and upstream's build writes build/ and *.egg-info there; build from a writable "
+            "copy of the checkout"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     left = _untracked(checkout)
     try:
@@ -167,10 +185,10 @@ def build_from_checkout(co: Checkout, out_dir: Path, local_version: str) -> Path
             build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", tmp, source]
             proc = subproc.run(build, f"building {source} with upstream's build", check=False)
             if proc.returncode != 0:
-                raise OverlayError(Why.BUILD_FAILED, source=source, reason=_build_failure(proc))
+                raise OverlayError(f"upstream's build of {source} failed: {_build_failure(proc)}")
             made = sorted(Path(tmp).glob("*.whl"))
             if not made:
-                raise OverlayError(Why.NO_WHEEL_BUILT, source=source)
+                raise OverlayError(f"pip wheel produced no wheel from {source}")
             return _labelled(made[0], out_dir, local_version, source)
     finally:
         for rel in _untracked(checkout) - left:  # what the build wrote (build/, *.egg-info)
@@ -208,8 +226,15 @@ def _labelled(wheel: Path, out_dir: Path, local_version: str, source: Path) -> P
     if version.public.startswith("0.0.0"):
         setup = source / "setup.py"
         if setup.is_file() and KT_VERSION_ENV in setup.read_text(errors="replace"):
-            raise OverlayError(Why.NO_VERSION_ENV, name=name, version=version, variable=KT_VERSION_ENV, source=source)
-        raise OverlayError(Why.NO_VERSION_TAGS, name=name, version=version)
+            raise OverlayError(
+                f"upstream's build gave {name} version {version}: {source}/setup.py takes the version from "
+                f"${KT_VERSION_ENV}, not from tags; build again with it set, e.g. `{KT_VERSION_ENV}=<the fork's "
+                "version> sgl-overlay wheels --checkout ...`"
+            )
+        raise OverlayError(
+            f"upstream's build gave {name} version {version} (its fallback when it finds no version, e.g. a clone "
+            "without tags); fetch the release tags (`git fetch --tags`) and build again"
+        )
     if version.local:
         shutil.copy2(wheel, out_dir / wheel.name)
         return out_dir / wheel.name
@@ -218,7 +243,4 @@ def _labelled(wheel: Path, out_dir: Path, local_version: str, source: Path) -> P
         (unpacked,) = [p for p in Path(tmp).iterdir() if p.is_dir()]
         pack = [sys.executable, "-m", "wheel", "pack", "-d", out_dir, "--local-version", local_version, unpacked]
         subproc.run(pack, f"labelling {wheel.name} +{local_version}")
-    made = out_dir / patched_wheel_name(wheel.name, local_version)
-    if not made.is_file():
-        raise OverlayError(Why.WHEEL_NOT_PACKED, made=made)
-    return made
+    return _packed(out_dir / patched_wheel_name(wheel.name, local_version))

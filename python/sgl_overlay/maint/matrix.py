@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -18,19 +17,20 @@ from xml.etree import ElementTree
 
 from packaging.version import InvalidVersion, Version
 
-from sgl_overlay import fetch, gitutil, subproc, transaction, tree, wording
-from sgl_overlay.errors import OverlayError, UsageError, Why
-from sgl_overlay.manifest import Kind, Manifest, MatrixSpec, PinnedWheel, Target
-from sgl_overlay.scratch import folder
-from sgl_overlay.series import Patch, Series
-from sgl_overlay.states import ON_TOP, PENDING, Outcome, PatchStatus, ScratchIndex, State, series_status
-from sgl_overlay.subproc import failure_reason
+from sgl_overlay.builds import fetch, tree
+from sgl_overlay.builds.fetch import Log
+from sgl_overlay.engine import gitutil, subproc, transaction
+from sgl_overlay.engine.manifest import Kind, Manifest, MatrixSpec, PinnedWheel, Target
+from sgl_overlay.engine.scratch import folder
+from sgl_overlay.engine.series import Patch, Series
+from sgl_overlay.engine.states import ON_TOP, PENDING, Outcome, PatchStatus, ScratchIndex, State, series_status
+from sgl_overlay.engine.subproc import failure_reason
+from sgl_overlay.errors import OverlayError, UsageError
 
-SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the checkout this package sits in (its venvs)
+SOURCE_ROOT = Path(__file__).resolve().parents[3]  # the checkout this package sits in (its venvs)
 TEST_TIMEOUT_S = 900
 # pytest as the matrix runs it: no cache files in the tree, none of upstream's own addopts
 PYTEST = ("-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=")
-Log = Callable[[str], None]
 
 
 APPLIES = tuple(o for o in Outcome if o.state in PENDING)  # the patch is committed, its tests run
@@ -131,7 +131,7 @@ def lay_out_version(target: Target, spec: MatrixSpec, version: str, opts: Option
     at_version = dataclasses.replace(target, patches=files)  # the target as of this version
     wheel = None
     if target.kind == Kind.WHEEL:
-        wheel, run.sha256 = fetch.fetch_version_wheel(target, version, opts.cache, opts.offline)
+        wheel, run.sha256 = fetch.fetch_version_wheel(target, version, opts.cache, opts.offline, log)
         run.wheel = wheel.name
         at_version = dataclasses.replace(at_version, version=version, wheels=(PinnedWheel(wheel.name, run.sha256),))
     series = Series.read(at_version)
@@ -146,7 +146,8 @@ def lay_out_version(target: Target, spec: MatrixSpec, version: str, opts: Option
     else:
         laid = tree.lay_out(at_version, dest, wheel, series, force=True, check_pins=version == target.pinned)
         gitutil.git(dest, "config", "sgl-overlay.matrix-sha256", made_by)
-    log(wording.matrix_tree(target.name, version, dest, laid, time.monotonic() - t0))
+    what = f"{dest} reused" if laid is None else laid.line()
+    log(f"matrix {target.name} {version}: {what} ({time.monotonic() - t0:.1f} s)")
     return _VersionTree(dest, series, dict(zip(files, target.patches)), run)
 
 
@@ -192,7 +193,7 @@ def _differs_from_pin(patch: Patch, vtree: Path, at_version: Target) -> list[str
 def classify(st: PatchStatus, vtree: Path, at_version: Target) -> Cell:
     """The cell of one patch in a tree freshly reset to `upstream` (so no commit of the tool's is there yet)."""
     if st.state in ON_TOP:
-        raise OverlayError(Why.MATRIX_UNEXPECTED_STATE, patch=st.patch.label, state=st.state)
+        raise OverlayError(f"{st.patch.label}: unexpected state {st.state.value} in a fresh matrix tree")
     differ = _differs_from_pin(st.patch, vtree, at_version) if st.state == State.APPLICABLE else []
     outcome = Outcome.of(st.state, at_pin=not differ)
     match outcome:
@@ -220,7 +221,7 @@ def apply_and_commit(vtree: Path, patch: Patch) -> str:
             if proc.returncode != 0:
                 raise _AmStopped(proc)
     except _AmStopped as stop:
-        return wording.am_stop(transaction.am_failure(stop.proc))
+        return transaction.am_failure(stop.proc).reason()
     finally:
         subproc.release()  # the cell is settled: Ctrl-C stops the matrix again
     return ""
@@ -306,7 +307,7 @@ class _TestRunner:
         t0 = time.monotonic()
         result = run_patch_tests(self.python, vt.path, files, extra_path=self.extra_path, pytest_args=self.pytest_args)
         took = time.monotonic() - t0
-        self.log(wording.matrix_tests(vt.series.target.name, vt.run.version, patch.label, result.result, took))
+        self.log(f"matrix {vt.series.target.name} {vt.run.version}: {patch.label} tests {result.result} ({took:.1f} s)")
         return result
 
 
@@ -375,7 +376,7 @@ def _new_run(target: Target, spec: MatrixSpec, opts: Options, python: Path) -> T
     return run
 
 
-def run_target(target: Target, spec: MatrixSpec, opts: Options, log: Log = print) -> TargetRun:
+def run_target(target: Target, spec: MatrixSpec, opts: Options, log: Log) -> TargetRun:
     venv = spec.venv or f".venvs/{target.name}"
     python = opts.python.get(target.name) or opts.repo_path(f"{venv}/bin/python")
     run = _new_run(target, spec, opts, python)
@@ -385,29 +386,32 @@ def run_target(target: Target, spec: MatrixSpec, opts: Options, log: Log = print
     try:  # the pinned tree first: its blobs seed every other version's 3-way merges
         pinned = lay_out_version(target, spec, target.pinned, opts, log)
     except OverlayError as exc:  # nothing can be compared without the pin
-        run.versions = [VersionRun(version=v, error=wording.pinned_tree_failed(exc)) for v in versions]
-        log(wording.matrix_failed(target.name, None, exc))
+        run.versions = [VersionRun(version=v, error=f"pinned tree: {exc}") for v in versions]
+        log(f"matrix {target.name}: error: {exc}")
         return run
     for version in versions:
         try:
             vt = pinned if version == target.pinned else lay_out_version(target, spec, version, opts, log)
         except OverlayError as exc:  # recorded; the run goes on and fails at the end
-            run.versions.append(VersionRun(version=version, error=wording.error(exc)))
-            log(wording.matrix_failed(target.name, version, exc))
+            run.versions.append(VersionRun(version=version, error=str(exc)))
+            log(f"matrix {target.name} {version}: error: {exc}")
             continue
         run.versions.append(vt.run)
         if target.patches:
             run_version(vt, pinned.path, tests)
-            log(wording.matrix_cells(target.name, version, {k: c.outcome for k, c in vt.run.cells.items()}))
+            log(f"matrix {target.name} {version}: " + ", ".join(f"{k}={c.outcome}" for k, c in vt.run.cells.items()))
     return run
 
 
 def run_matrix(
-    manifest: Manifest, names: list[str] | None, versions: dict[str, list[str]], opts: Options, log: Log = print
+    manifest: Manifest, names: list[str] | None, versions: dict[str, list[str]], opts: Options, log: Log
 ) -> list[TargetRun]:
     selected = manifest.select(names)
     if unknown := sorted(set(versions) - {t.name for t in selected}):
-        raise UsageError(Why.VERSIONS_UNKNOWN_TARGET, name=unknown[0], selected=[t.name for t in selected])
+        raise UsageError(
+            f"--versions names {unknown[0]!r}, which is not among the selected targets "
+            f"({', '.join(t.name for t in selected)})"
+        )
     runs = []
     t0 = time.monotonic()
     for target in selected:
@@ -415,13 +419,13 @@ def run_matrix(
         runs.append(run_target(target, dataclasses.replace(target.matrix, versions=wanted), opts, log))
     done = [v for r in runs for v in r.versions]
     cells = sum(len(v.cells) for v in done)
-    log(wording.matrix_done(len(runs), len(done), cells, time.monotonic() - t0))
+    log(f"matrix: {len(runs)} target(s), {len(done)} version(s), {cells} cell(s) in {time.monotonic() - t0:.0f} s")
     return runs
 
 
-def errors(runs: list[TargetRun]) -> list[tuple[str, str, str]]:
-    """(target, version, error) of each version the run could not cover."""
-    return [(r.target, v.version, v.error) for r in runs for v in r.versions if v.error]
+def errors(runs: list[TargetRun]) -> list[str]:
+    """The line of each version the run could not cover, for the closing list of `matrix`."""
+    return [f"error: {r.target} {v.version}: {v.error}" for r in runs for v in r.versions if v.error]
 
 
 def parse_versions(values: list[str] | None, names: list[str] | None) -> dict[str, list[str]]:
@@ -431,7 +435,7 @@ def parse_versions(values: list[str] | None, names: list[str] | None) -> dict[st
         name, sep, rest = value.partition("=")
         if not sep:
             if not names or len(names) != 1:
-                raise UsageError(Why.VERSIONS_NEED_TARGET, value=value)
+                raise UsageError(f"--versions {value}: name the target (T=V1,V2) or pass exactly one --target")
             name, rest = names[0], value
         result.setdefault(name, []).extend(v.strip() for v in rest.split(",") if v.strip())
     return result

@@ -6,8 +6,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from sgl_overlay.matrix import LEGEND, TargetRun, Tests
-from sgl_overlay.states import Outcome
+from sgl_overlay.engine.states import Outcome
+from sgl_overlay.maint.matrix import LEGEND, TargetRun, Tests
 
 SCHEMA = 2  # of compat-matrix.json
 

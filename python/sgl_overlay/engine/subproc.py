@@ -21,8 +21,8 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from sgl_overlay.errors import Interrupted, OverlayError, Why
-from sgl_overlay.scratch import pid_alive
+from sgl_overlay.engine.scratch import pid_alive
+from sgl_overlay.errors import Interrupted, OverlayError
 
 RUN_ENV = "SGL_OVERLAY_RUN"  # "<pid>-<start time>" of the run that started the program
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -139,7 +139,7 @@ def caught() -> int | None:
 
 
 def interruption(signum: int) -> BaseException:
-    return KeyboardInterrupt() if signum == signal.SIGINT else Interrupted(Why.TERMINATED, signal=signum)
+    return KeyboardInterrupt() if signum == signal.SIGINT else Interrupted(f"terminated by signal {signum}")
 
 
 def checkpoint() -> None:
@@ -227,22 +227,27 @@ def run(
     cwd: Path | None = None,
 ) -> subprocess.CompletedProcess:
     """Run `cmd` with its output captured (text unless `input` is bytes); with `check`, a non-zero
-    exit raises OverlayError(Why.FAILED) naming `what` and the reason. `env` is added to the clean environment."""
+    exit raises OverlayError naming `what` and the reason. `env` is added to the clean environment."""
     argv = [str(c) for c in cmd]
     checkpoint()
     try:
         proc = _run(argv, input, cwd, clean_env(env))
     except FileNotFoundError:
         if os.sep in argv[0]:
-            raise OverlayError(Why.NO_PROGRAM, program=argv[0], what=what) from None
-        raise OverlayError(Why.NOT_ON_PATH, program=argv[0], what=what) from None
+            raise OverlayError(f"{argv[0]} does not exist ({what}); pass the path of an existing program") from None
+        raise OverlayError(f"{argv[0]} is not on PATH ({what}); install it or add it to PATH") from None
     except OSError as exc:
-        raise OverlayError(Why.CANNOT_RUN, program=argv[0], what=what, reason=exc.strerror or str(exc)) from None
+        raise OverlayError(
+            f"cannot run {argv[0]} ({what}): {exc.strerror or exc}; check that it is a working executable"
+        ) from None
     checkpoint()
     if proc.returncode != 0 and _NO_SPACE in (proc.stderr if isinstance(proc.stderr, str) else ""):
-        raise OverlayError(Why.NO_SPACE, what=what, reason=failure_reason(proc))  # whatever else it says
+        raise OverlayError(  # whatever else it says
+            f"{what} failed: no space left on the device ({failure_reason(proc)}); free some space where the "
+            "checkout and $TMPDIR are, then run again (the tree is as it was)"
+        )
     if check and proc.returncode != 0:
-        raise OverlayError(Why.FAILED, what=what, reason=failure_reason(proc))
+        raise OverlayError(f"{what} failed: {failure_reason(proc)}")
     return proc
 
 

@@ -6,14 +6,17 @@ import hashlib
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
-from sgl_overlay import subproc, wording
-from sgl_overlay.errors import OverlayError, Why
-from sgl_overlay.manifest import Kind, PinnedWheel, Target
+from sgl_overlay.engine import subproc
+from sgl_overlay.engine.manifest import Kind, PinnedWheel, Target
+from sgl_overlay.errors import OverlayError
+
+Log = Callable[[str], None]  # where progress lines go (the command line prints them)
 
 
 def sha256_of(path: Path) -> str:
@@ -42,8 +45,14 @@ def download(requirement: str, tags_like: str, cache: Path) -> Path:
         if proc.returncode != 0 or len(got) != 1:
             full = short_of_space([Path(tempfile.gettempdir()), cache])
             if full:
-                raise OverlayError(Why.DISK_FULL, requirement=requirement, folder=full[0], free=full[1])
-            raise OverlayError(Why.DOWNLOAD_FAILED, requirement=requirement, reason=subproc.failure_reason(proc))
+                raise OverlayError(
+                    f"pip could not download {requirement}: only {full[1] // (1024 * 1024)} MB free in {full[0]}, and "
+                    "pip reports a full disk as a connectivity problem; free some space and run again"
+                )
+            raise OverlayError(
+                f"pip could not download {requirement}: {subproc.failure_reason(proc)}; check the network, or put the "
+                "wheel into the cache folder by hand"
+            )
         return Path(shutil.move(got[0], cache / got[0].name))
 
 
@@ -60,7 +69,7 @@ def short_of_space(folders: list[Path]) -> tuple[Path, int] | None:
     return None
 
 
-def fetch_wheel(target: Target, cache: Path, offline: bool = False, pin: PinnedWheel | None = None) -> Path:
+def fetch_wheel(target: Target, cache: Path, offline: bool, log: Log, pin: PinnedWheel | None = None) -> Path:
     """Return the cached, verified wheel `pin` of `target` (default: the tree's), downloading it if needed."""
     pin = pin or target.wheels[0]
     cache.mkdir(parents=True, exist_ok=True)
@@ -68,24 +77,35 @@ def fetch_wheel(target: Target, cache: Path, offline: bool = False, pin: PinnedW
     cached = dest.exists()
     if not cached:
         if offline:
-            raise OverlayError(Why.OFFLINE_NOT_CACHED, file=pin.file, cache=cache)
-        print(wording.downloading(target.name, target.requirement, pin.file), flush=True)
+            raise OverlayError(
+                f"{pin.file} is not in the cache {cache} and --offline was given; run `sgl-overlay fetch` online once"
+            )
+        log(f"fetch {target.name}: downloading {target.requirement} ({pin.file})")
         got = download(target.requirement, pin.file, cache)
         if got.name != pin.file:
             got.unlink()
-            raise OverlayError(Why.OTHER_WHEEL_DOWNLOADED, got=got.name, requirement=target.requirement, file=pin.file)
+            raise OverlayError(
+                f"pip downloaded {got.name} for {target.requirement}, the manifest pins {pin.file}; check the pin in "
+                "patches/manifest.toml"
+            )
     found = sha256_of(dest)
     if found != pin.sha256:
         if not cached:  # a fresh download that fails its pin is not kept
             dest.unlink()
-        raise OverlayError(Why.SHA256_MISMATCH, file=pin.file, expected=pin.sha256, found=found, dest=dest)
-    print(wording.fetched(target.name, pin.file, None if cached else dest.stat().st_size), flush=True)
+        raise OverlayError(
+            f"sha256 mismatch for {pin.file}: expected {pin.sha256}, found {found}; delete {dest} and run "
+            "`sgl-overlay fetch` again (or check the pin in patches/manifest.toml)"
+        )
+    log(
+        f"fetch {target.name}: {pin.file} "
+        + ("from cache (sha256 ok)" if cached else f"{dest.stat().st_size / 1e6:.1f} MB, sha256 ok")
+    )
     return dest
 
 
-def fetch_wheels(target: Target, cache: Path, offline: bool = False) -> list[Path]:
+def fetch_wheels(target: Target, cache: Path, offline: bool, log: Log) -> list[Path]:
     """Every pinned wheel of `target`, in manifest order (the first is the tree's)."""
-    return [fetch_wheel(target, cache, offline, pin) for pin in target.wheels]
+    return [fetch_wheel(target, cache, offline, log, pin) for pin in target.wheels]
 
 
 def _cached_wheel(cache: Path, dist: str, version: str) -> Path | None:
@@ -98,21 +118,21 @@ def _cached_wheel(cache: Path, dist: str, version: str) -> Path | None:
         if name == dist and ver == Version(version):
             found.append(p)
     if len(found) > 1:
-        raise OverlayError(Why.SEVERAL_CACHED, dist=dist, version=version, cache=cache, files=[p.name for p in found])
+        raise OverlayError(f"several wheels of {dist} {version} in {cache}: {[p.name for p in found]}; keep one")
     return found[0] if found else None
 
 
-def fetch_version_wheel(target: Target, version: str, cache: Path, offline: bool) -> tuple[Path, str]:
+def fetch_version_wheel(target: Target, version: str, cache: Path, offline: bool, log: Log) -> tuple[Path, str]:
     """The wheel of any released `version` (cache first, else pip with the pinned wheel's tags) and
     its sha256; only the pinned version's sha256 is checked against the manifest."""
     if target.kind == Kind.WHEEL and version == target.version:
-        return fetch_wheel(target, cache, offline), target.wheels[0].sha256
+        return fetch_wheel(target, cache, offline, log), target.wheels[0].sha256
     dist = target.dist_name
     path = _cached_wheel(cache, dist, version)
     if path is None:
         if offline:
-            raise OverlayError(Why.OFFLINE_NO_VERSION, dist=dist, version=version, cache=cache)
+            raise OverlayError(f"no wheel of {dist} {version} in {cache} and --offline was given")
         requirement = f"{dist}=={version}"
-        print(wording.downloading(target.name, requirement), flush=True)
+        log(f"fetch {target.name}: downloading {requirement}")
         path = download(requirement, target.wheel, cache)
     return path, sha256_of(path)

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from enum import Enum, StrEnum
 from pathlib import Path
 
-from sgl_overlay import gitutil
-from sgl_overlay.checkout import SAME_PLACE, Placement
-from sgl_overlay.scratch import folder, mkdtemp
-from sgl_overlay.series import Patch, Series, preimage_from_full_context
+from sgl_overlay.engine import gitutil
+from sgl_overlay.engine.checkout import SAME_PLACE, Placement
+from sgl_overlay.engine.scratch import folder, mkdtemp
+from sgl_overlay.engine.series import Patch, Series, preimage_from_full_context
 
 HISTORY_DEPTH = 2000  # how far back to look for the commit that brought a patch in
 # Context lines around each change when deciding whether a full-context patch is in: one, so

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import shutil
 import stat
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from wheel.wheelfile import WheelFile
 
-from sgl_overlay import gitutil
-from sgl_overlay.errors import OverlayError, Why
-from sgl_overlay.manifest import Kind, Target
-from sgl_overlay.series import Series, preimage_from_full_context
+from sgl_overlay.engine import gitutil
+from sgl_overlay.engine.manifest import Kind, Target
+from sgl_overlay.engine.series import Series, check_preimages, preimage_from_full_context
+from sgl_overlay.errors import OverlayError
 
 BASE_TAG = "upstream"
 
@@ -44,29 +43,14 @@ def _rebuild_from_patches(series: Series, dest: Path) -> int:
         data = preimage_from_full_context(source, path)
         found = gitutil.hash_bytes(data)
         if found != blob:
-            raise OverlayError(Why.REBUILT_PREIMAGE_DIFFERS, file=path, patch=source.label, found=found, pinned=blob)
+            raise OverlayError(
+                f"pre-image of {path} rebuilt from {source.label} hashes to {found}, manifest pins {blob}; "
+                "the patch was edited by hand: re-export it from the tree"
+            )
         out = dest / path
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(data)
     return len(pinned)
-
-
-@dataclass(frozen=True)
-class PreimageMismatch:
-    path: str
-    expected: str
-    found: str | None  # None: the file is missing
-
-
-def check_preimages(repo: Path, rev: str, series: Series, where: Callable[[str], str] = str) -> list[PreimageMismatch]:
-    """Each pre-image of the series (Series.preimages) whose blob at `rev` (a commit or tree) differs or is
-    missing, judged by the first patch touching it. `where` maps a path to its place in `repo` (a moved folder)."""
-    problems = []
-    for patch, first in series.first_touches():
-        for c, found in patch.not_at_preimage(lambda path: gitutil.blob_at(repo, rev, where(path))):
-            if c.path in first:
-                problems.append(PreimageMismatch(where(c.path), c.old_blob or "", found))
-    return problems
 
 
 def base_commit(target: Target, tree: Path) -> str:
@@ -85,6 +69,21 @@ def is_ready(dest: Path, target: Target) -> bool:
     )
 
 
+def require_patched(dest: Path, target: Target) -> None:
+    """Refuse a target whose laid-out and patched tree is not at `dest` (what export and prs read)."""
+    if not is_ready(dest, target):
+        raise OverlayError(f"no tree for {target.name} at {dest}; run `sgl-overlay fetch` and `apply` first")
+
+
+def no_op(patch: str, target: str, tree: str) -> str:
+    """The refusal of a patch that changes nothing on a pinned tree."""
+    return (
+        f"{patch} changes nothing on {tree}: every file of it there already holds its post-image; "
+        f"record where upstream has it under [targets.{target}.applied_upstream] in patches/manifest.toml "
+        "and drop it from the series"
+    )
+
+
 @dataclass(frozen=True)
 class LaidOut:
     """A target's tree at `dest`: there already (`files` None), or laid out now from `files` files."""
@@ -94,6 +93,11 @@ class LaidOut:
     version: str
     files: int | None = None
     head: str = ""
+
+    def line(self) -> str:
+        if self.files is None:
+            return f"tree {self.target}: {self.dest} ready (upstream {self.version})"
+        return f"tree {self.target}: {self.dest} laid out ({self.files} files, commit {self.head[:12]})"
 
 
 def lay_out(
@@ -106,7 +110,7 @@ def lay_out(
         return LaidOut(target.name, dest, target.version)
     if dest.exists():
         if not force and any(dest.iterdir()):
-            raise OverlayError(Why.NOT_THE_TREE, dest=dest, target=target.label)
+            raise OverlayError(f"{dest} exists but is not the {target.label} tree; remove it or pass --force")
         shutil.rmtree(dest)
     tmp = dest.with_name(dest.name + ".tmp")
     made_parent = not dest.parent.exists()
@@ -128,12 +132,12 @@ def lay_out(
         gitutil.git(tmp, "tag", BASE_TAG)
         no_ops = series.no_ops(lambda path: gitutil.blob_at(tmp, BASE_TAG, path)) if check_pins else []
         if no_ops:
-            raise OverlayError(
-                Why.NO_OP_PATCH, patch=no_ops[0].label, target=no_ops[0].path.parent.name, tree=target.label
-            )
+            raise OverlayError(no_op(no_ops[0].label, no_ops[0].path.parent.name, target.label))
         problems = check_preimages(tmp, BASE_TAG, series) if check_pins else []
         if problems:
-            raise OverlayError(Why.PINNED_PREIMAGE_DIFFERS, target=target.label, mismatch=problems[0])
+            raise OverlayError(
+                f"{target.label}: pinned pre-image differs: {problems[0].line()}; fix patches/manifest.toml"
+            )
         tmp.rename(dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -13,9 +13,9 @@ from pathlib import Path
 import unidiff
 from unidiff.constants import LINE_TYPE_CONTEXT, LINE_TYPE_NO_NEWLINE, LINE_TYPE_REMOVED
 
-from sgl_overlay import gitutil, subproc
-from sgl_overlay.errors import OverlayError, Why
-from sgl_overlay.manifest import Target
+from sgl_overlay.engine import gitutil, subproc
+from sgl_overlay.engine.manifest import Target
+from sgl_overlay.errors import OverlayError
 
 # `git format-patch`/`git show` context for full-context targets: the whole file, so the
 # patch carries its own pre-image (and `git patch-id` sees the same hunks on both sides).
@@ -108,33 +108,42 @@ def _blob_or_none(blob: str) -> str | None:
     return blob if blob.strip("0") else None
 
 
+def _corrupt(path: Path, why: object) -> OverlayError:
+    return OverlayError(f"corrupt patch file {path} ({why}); restore it with `git checkout -- {path}`")
+
+
 def read_patch(path: Path, applied_upstream: str = "") -> Patch:
     """Parse one patch file; a missing or unreadable one is a one-line error."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise OverlayError(Why.MISSING_PATCH, path=path) from None
+        raise OverlayError(
+            f"missing patch file {path}; restore it with `git checkout -- {path}` or fix patches/manifest.toml"
+        ) from None
     if raw.partition(b"\n")[0].endswith(b"\r"):  # its mbox header line: the whole file was converted
-        raise OverlayError(Why.PATCH_CRLF, path=path)
+        raise OverlayError(
+            f"{path} has CRLF line ends (a checkout made with core.autocrlf=true?); git's patches are LF: restore "
+            f"it with `git config core.autocrlf false` and `git checkout -- {path}` in the overlay's checkout"
+        )
     try:
         patchset = unidiff.PatchSet(raw.decode("utf-8"))
     except (UnicodeDecodeError, unidiff.UnidiffParseError) as exc:
-        raise OverlayError(Why.CORRUPT_PATCH, path=path, reason=str(exc)) from None
+        raise _corrupt(path, exc) from None
     # git's own parser must accept it too: it is what `git am` will run.
     check = gitutil.git(None, "apply", "--numstat", str(path), check=False)
     if check.returncode != 0:
-        raise OverlayError(Why.CORRUPT_PATCH, path=path, reason=subproc.failure_reason(check).removeprefix("error: "))
+        raise _corrupt(path, subproc.failure_reason(check).removeprefix("error: "))
     subject = _subject(raw)
     if not subject or len(patchset) == 0:
-        raise OverlayError(Why.PATCH_NO_SUBJECT if not subject else Why.PATCH_NO_DIFF, path=path)
+        raise _corrupt(path, "no subject found" if not subject else "no diff found")
     changes = []
     for pf in patchset:
         if len(pf) == 0 and not (pf.is_rename or pf.is_binary_file or pf.is_added_file or pf.is_removed_file):
-            raise OverlayError(Why.PATCH_NO_HUNK, path=path, file=pf.path)
+            raise _corrupt(path, f"no readable hunk for {pf.path}")
         index = [_INDEX.match(line) for line in str(pf.patch_info).splitlines()]
         blobs = [m.groups() for m in index if m]
         if not blobs:
-            raise OverlayError(Why.NO_INDEX_LINE, path=path, file=pf.path)
+            raise OverlayError(f"corrupt patch file {path}: {pf.path} has no `index` line")
         old, new = blobs[-1]
         changes.append(FileChange(pf.path, _blob_or_none(old), _blob_or_none(new)))
     author, trailers, base = mail_parts(raw.decode("utf-8"))
@@ -151,7 +160,10 @@ def preimage_from_full_context(patch: Patch, file_path: str) -> bytes:
         if pf.path != file_path:
             continue
         if len(pf) != 1 or pf[0].source_start not in (0, 1):
-            raise OverlayError(Why.NOT_FULL_CONTEXT, patch=patch.label, file=file_path, flag=FULL_CONTEXT)
+            raise OverlayError(
+                f"{patch.label}: {file_path} is not written with full-file context; re-export it with "
+                f"`git format-patch {FULL_CONTEXT}`"
+            )
         lines: list[str] = []
         last_type = None
         for line in pf[0]:
@@ -162,7 +174,7 @@ def preimage_from_full_context(patch: Patch, file_path: str) -> bytes:
                 lines.append(line.value)
             last_type = line.line_type
         return "".join(lines).encode("utf-8")
-    raise OverlayError(Why.NOT_TOUCHED, patch=patch.label, file=file_path)
+    raise OverlayError(f"{patch.label} does not touch {file_path}")
 
 
 def same_blob(a: str | None, b: str | None) -> bool:
@@ -215,7 +227,9 @@ class Series:
             return
         path = differ[0]
         raise OverlayError(
-            Why.LOCK_DISAGREES, target=self.target.name, file=path, manifest=have.get(path), series=want.get(path)
+            f"patches/manifest.toml [targets.{self.target.name}.preimages] disagrees with the series at {path} "
+            f"(manifest {have.get(path) or 'none'}, series {want.get(path) or 'none'}); rewrite it from the series "
+            "with `sgl-overlay pins`"
         )
 
     def final_blobs(self) -> dict[str, str | None]:
@@ -240,5 +254,28 @@ class Series:
         """The first patch touching a pinned file: a full-context one carries its pre-image."""
         source = next((p for p in self.patches if path in p.touched()), None)
         if source is None:
-            raise OverlayError(Why.NO_PATCH_TOUCHES, target=self.target.name, file=path)
+            raise OverlayError(f"no patch of {self.target.name} touches {path}; fix patches/manifest.toml")
         return source
+
+
+@dataclass(frozen=True)
+class PreimageMismatch:
+    path: str
+    expected: str
+    found: str | None  # None: the file is missing
+
+    def line(self) -> str:
+        if self.found is None:
+            return f"missing file {self.path} (expected blob {self.expected})"
+        return f"{self.path}: expected blob {self.expected}, found {self.found}"
+
+
+def check_preimages(repo: Path, rev: str, series: Series, where: Callable[[str], str] = str) -> list[PreimageMismatch]:
+    """Each pre-image of the series (Series.preimages) whose blob at `rev` (a commit or tree) differs or is
+    missing, judged by the first patch touching it. `where` maps a path to its place in `repo` (a moved folder)."""
+    problems = []
+    for patch, first in series.first_touches():
+        for c, found in patch.not_at_preimage(lambda path: gitutil.blob_at(repo, rev, where(path))):
+            if c.path in first:
+                problems.append(PreimageMismatch(where(c.path), c.old_blob or "", found))
+    return problems

@@ -13,10 +13,11 @@ from pathlib import Path
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from sgl_overlay.errors import OverlayError, UsageError, Why
+from sgl_overlay.errors import OverlayError, UsageError
 
 MANIFEST_NAME = "manifest.toml"
 SCHEMA = 1
+SEE_DESIGN = "see docs/DESIGN.md"
 
 
 class Kind(StrEnum):
@@ -58,7 +59,7 @@ class MatrixSpec:
     def variant_for(self, patch: str, version: str) -> Variant | None:
         found = [v for v in self.variants if v.patch == patch and version in v.versions]
         if len(found) > 1:
-            raise OverlayError(Why.VARIANTS_CLASH, patch=patch, version=version, files=[v.file for v in found])
+            raise OverlayError(f"{patch}: several variants claim version {version}: {[v.file for v in found]}")
         return found[0] if found else None
 
 
@@ -120,7 +121,7 @@ class Manifest:
 
     def get(self, name: str) -> Target:
         if name not in self.targets:
-            raise UsageError(Why.UNKNOWN_TARGET, name=name, known=list(self.targets))
+            raise UsageError(f"unknown target {name!r}; known targets: {', '.join(sorted(self.targets))}")
         return self.targets[name]
 
     def select(self, names: list[str] | None) -> list[Target]:
@@ -132,14 +133,14 @@ def default_patches_dir() -> Path:
 
     In a source checkout that folder is a symlink to the checkout's `patches/` (so an editable install
     reads the series being edited); a built wheel carries a copy of it as package data."""
-    return Path(os.environ.get("SGL_OVERLAY_PATCHES") or Path(__file__).resolve().parent / "patches")
+    return Path(os.environ.get("SGL_OVERLAY_PATCHES") or Path(__file__).resolve().parents[1] / "patches")
 
 
-def _pinned_wheels(where: dict, raw: dict, kind: Kind) -> tuple[PinnedWheel, ...]:
+def _pinned_wheels(where: str, raw: dict, kind: Kind) -> tuple[PinnedWheel, ...]:
     """`wheel` + `sha256` (one file), or `wheels = [{ file, sha256 }, ...]` (one per Python tag). `where`: the
-    manifest and the target, as the facts of a refusal."""
+    manifest and the target, as a refusal names them."""
     if "wheel" in raw and "wheels" in raw:
-        raise OverlayError(Why.WHEEL_AND_WHEELS, **where)
+        raise OverlayError(f"{where} has both `wheel` and `wheels`; keep one ({SEE_DESIGN})")
     entries = [{"file": raw["wheel"], "sha256": raw.get("sha256", "")}] if "wheel" in raw else raw.get("wheels", [])
     pins = []
     for entry in entries:
@@ -147,20 +148,23 @@ def _pinned_wheels(where: dict, raw: dict, kind: Kind) -> tuple[PinnedWheel, ...
             pin = PinnedWheel(file=entry["file"], sha256=entry["sha256"])
             _, version, _, _ = parse_wheel_filename(pin.file)
         except KeyError as exc:
-            raise OverlayError(Why.WHEEL_LACKS_KEY, **where, key=exc.args[0]) from None
+            raise OverlayError(f"{where}: a pinned wheel lacks key {exc.args[0]!r}; {SEE_DESIGN}") from None
         except InvalidWheelFilename as exc:
-            raise OverlayError(Why.BAD_WHEEL_NAME, **where, reason=str(exc)) from None
+            raise OverlayError(f"{where}: {exc}") from None
         if version != Version(str(raw["version"])):
-            raise OverlayError(Why.WHEEL_OTHER_VERSION, **where, version=raw["version"], wheel=pin.file, found=version)
+            raise OverlayError(
+                f"{where} is version {raw['version']}, its wheel {pin.file} is {version}; "
+                f"pin the wheel of version {raw['version']}"
+            )
         pins.append(pin)
     if kind == Kind.WHEEL and not pins:
-        raise OverlayError(Why.NO_WHEEL_PINNED, **where)
+        raise OverlayError(f"{where} is of kind wheel but pins none; add `wheels` ({SEE_DESIGN})")
     if len({p.file for p in pins}) != len(pins):
-        raise OverlayError(Why.WHEEL_TWICE, **where)
+        raise OverlayError(f"{where} pins one wheel file twice")
     return tuple(pins)
 
 
-def _matrix_spec(where: dict, raw: dict, kind: Kind, patches: tuple[str, ...]) -> MatrixSpec:
+def _matrix_spec(where: str, raw: dict, kind: Kind, patches: tuple[str, ...]) -> MatrixSpec:
     """`[targets.<t>.matrix]` and `[[targets.<t>.variants]]` (both optional)."""
     table = raw.get("matrix", {})
     variants = []
@@ -168,9 +172,13 @@ def _matrix_spec(where: dict, raw: dict, kind: Kind, patches: tuple[str, ...]) -
         try:
             variant = Variant(v["patch"], v["file"], tuple(map(str, v["versions"])), v.get("reason", ""))
         except KeyError as exc:
-            raise OverlayError(Why.VARIANT_LACKS_KEY, **where, number=i + 1, key=exc.args[0]) from None
+            raise OverlayError(
+                f"{where}: variant #{i + 1} lacks key {exc.args[0]!r} (needs patch, file, versions)"
+            ) from None
         if variant.patch not in patches:
-            raise OverlayError(Why.VARIANT_NOT_LISTED, **where, file=variant.file, patch=variant.patch)
+            raise OverlayError(
+                f"{where}: variant {variant.file} stands in for {variant.patch}, which is not in its patches list"
+            )
         variants.append(variant)
     pinned = str(raw["version"]) if kind == Kind.WHEEL else raw.get("commit", "")
     return MatrixSpec(
@@ -185,19 +193,22 @@ def _matrix_spec(where: dict, raw: dict, kind: Kind, patches: tuple[str, ...]) -
 
 
 def _target(path: Path, patches_dir: Path, name: str, raw: dict) -> Target:
-    where = {"manifest": path, "target": name}
+    where = f"{path}: target {name!r}"
     kinds = [k.value for k in Kind]
     if raw["kind"] not in kinds:
-        raise OverlayError(Why.UNKNOWN_KIND, **where, kind=raw["kind"], kinds=kinds)
+        raise OverlayError(f"{where} has unknown kind {raw['kind']!r}; use one of {', '.join(kinds)}")
     kind = Kind(raw["kind"])
     patches = tuple(raw.get("patches", []))
     twice = [p for p, n in Counter(patches).items() if n > 1]
     if twice:
-        raise OverlayError(Why.PATCH_TWICE, **where, patch=twice[0])
+        raise OverlayError(f"{where} lists patch {twice[0]} twice; a series applies each patch once")
     applied = {str(k): str(v) for k, v in raw.get("applied_upstream", {}).items()}
     stray = [p for p in applied if p not in patches]
     if stray:
-        raise OverlayError(Why.APPLIED_NOT_LISTED, **where, patch=stray[0])
+        raise OverlayError(
+            f"{where}: applied_upstream names {stray[0]}, which is not in its patches list; "
+            "name a patch of the series (a dropped patch needs no entry)"
+        )
     return Target(
         name=name,
         kind=kind,
@@ -222,23 +233,28 @@ def load_manifest(patches_dir: Path | None = None) -> Manifest:
     patches_dir = (patches_dir or default_patches_dir()).resolve()
     path = patches_dir / MANIFEST_NAME
     if not path.is_file():
-        raise OverlayError(Why.NO_MANIFEST, path=path)
+        raise OverlayError(f"no manifest at {path}; pass --patches DIR pointing at the overlay's patches/ folder")
     try:
         data = tomllib.loads(path.read_text())
     except UnicodeDecodeError as exc:
-        raise OverlayError(Why.MANIFEST_NOT_UTF8, path=path, reason=exc.reason, byte=exc.start) from None
+        raise OverlayError(
+            f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); restore it with `git checkout -- {path}`"
+        ) from None
     except OSError as exc:
-        raise OverlayError(Why.MANIFEST_UNREADABLE, path=path, reason=exc.strerror) from None
+        raise OverlayError(f"cannot read {path} ({exc.strerror}); check its permissions") from None
     except tomllib.TOMLDecodeError as exc:
-        raise OverlayError(Why.MANIFEST_NOT_TOML, path=path, reason=str(exc)) from None
+        raise OverlayError(f"{path} is not valid TOML ({exc}); restore it with `git checkout -- {path}`") from None
     if "schema" not in data:
-        raise OverlayError(Why.NO_SCHEMA, path=path, schema=SCHEMA)
+        raise OverlayError(f"{path} lacks `schema = {SCHEMA}`; add that line at its top")
     if data["schema"] != SCHEMA:
-        raise OverlayError(Why.OTHER_SCHEMA, path=path, found=data["schema"], schema=SCHEMA)
+        raise OverlayError(
+            f"{path} is schema {data['schema']!r}, this sgl-overlay reads schema {SCHEMA}; "
+            "use the sgl-overlay of the checkout the patches come from"
+        )
     targets = {}
     for name, raw in data.get("targets", {}).items():
         try:
             targets[name] = _target(path, patches_dir, name, raw)
         except KeyError as exc:
-            raise OverlayError(Why.TARGET_LACKS_KEY, manifest=path, target=name, key=exc.args[0]) from None
+            raise OverlayError(f"{path}: target {name!r} lacks key {exc.args[0]!r}; {SEE_DESIGN}") from None
     return Manifest(path, targets, data.get("local_version", "overlay.1"))

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sgl_overlay import gitutil, scratch
-from sgl_overlay.errors import OverlayError, Why
-from sgl_overlay.manifest import Target
-from sgl_overlay.series import FULL_CONTEXT, NO_AUTHOR_EMAIL, NO_AUTHOR_NAME, TRAILERS, mail_parts
-from sgl_overlay.tree import BASE_TAG, base_commit, is_ready
+from sgl_overlay.builds.tree import BASE_TAG, base_commit, require_patched
+from sgl_overlay.engine import gitutil, scratch
+from sgl_overlay.engine.manifest import Target
+from sgl_overlay.engine.series import (
+    BUG,
+    DROP_WHEN,
+    FORWARDED,
+    FULL_CONTEXT,
+    NO_AUTHOR_EMAIL,
+    NO_AUTHOR_NAME,
+    NOT_YET,
+    TRAILERS,
+    mail_parts,
+)
+from sgl_overlay.errors import OverlayError
 
 
 def _as_laid_out(tree: Path) -> str:
@@ -38,8 +48,7 @@ def export_series(target: Target, tree: Path) -> list[tuple[Path, bool]]:
 
     Every file is the mbox `git format-patch` writes (full blob ids; full context for sgl-kernel), by no author,
     ending with the `base-commit:` of the series (tree.base_commit), as `--base` writes it."""
-    if not is_ready(tree, target):
-        raise OverlayError(Why.NO_TREE_TO_EXPORT, target=target.name, tree=tree)
+    require_patched(tree, target)
     with scratch.folder("export") as tmp:
         head, tip = gitutil.head(tree), _as_laid_out(tree)
         args = ["format-patch", "-q", "--full-index", "--no-signature", "-o", tmp]
@@ -49,14 +58,22 @@ def export_series(target: Target, tree: Path) -> list[tuple[Path, bool]]:
         made = sorted(Path(tmp).glob("*.patch"))
         names = [p.name for p in made]
         if names != list(target.patches):
-            raise OverlayError(Why.EXPORT_NAMES_DIFFER, target=target.name, names=names, listed=list(target.patches))
+            raise OverlayError(
+                f"the {target.name} tree's commits export as {names}, the manifest lists {list(target.patches)}; "
+                "update `patches` in patches/manifest.toml"
+            )
         base = f"\nbase-commit: {base_commit(target, tree)}\n".encode()
         datas = [p.read_bytes() + base for p in made]
         for p, data in zip(made, datas):
             _, trailers, _ = mail_parts(data.decode("utf-8"))
             missing = [k for k in TRAILERS if k not in dict(trailers)]
             if missing:
-                raise OverlayError(Why.NO_TRAILER, target=target.name, patch=p.name, key=missing[0])
+                raise OverlayError(
+                    f"{target.name}: the message of {p.name} has no `{missing[0]}:` trailer; end it with "
+                    f"`{BUG}: <issue URL>`, `{FORWARDED}: <pull request URL>` (`{NOT_YET}` where there is none) and "
+                    f"`{DROP_WHEN}: <the upstream change or release that makes it unneeded>` (`git rebase -i "
+                    f"{BASE_TAG}`, reword), then export again"
+                )
         if tip != head:  # same trees: the index and the working files still match HEAD
             gitutil.git(tree, "update-ref", "-m", "sgl-overlay export", "HEAD", tip, head)
         target.patch_dir.mkdir(parents=True, exist_ok=True)
@@ -67,3 +84,7 @@ def export_series(target: Target, tree: Path) -> list[tuple[Path, bool]]:
             dest.write_bytes(data)
             written.append((dest, changed))
     return written
+
+
+def lines(written: list[tuple[Path, bool]]) -> list[str]:
+    return [f"{'wrote' if changed else 'unchanged'} {dest}" for dest, changed in written]

@@ -1,19 +1,17 @@
-"""Every line apply / check / status / revert print, made from their reports alone (no git, no checkout)."""
+"""Every line apply / check / status / revert (and fetch, export, pins, --abort) print, made from their reports
+alone (no git, no checkout)."""
 
 from __future__ import annotations
 
-import ast
-import inspect
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from sgl_overlay import gitutil, wording
-from sgl_overlay.checkout import MOVES, Aside
-from sgl_overlay.errors import OverlayError, Why
-from sgl_overlay.operations import (
+from sgl_overlay.builds.verify import Unproven
+from sgl_overlay.engine.checkout import MOVES, Aside
+from sgl_overlay.engine.operations import (
     AlreadyIn,
     ApplyReport,
     BlobDiffers,
@@ -24,11 +22,13 @@ from sgl_overlay.operations import (
     StatusReport,
     TargetStatus,
     Uncommitted,
+    upstream_of,
 )
-from sgl_overlay.states import PatchStatus, Standing, State
-from sgl_overlay.transaction import AmStop, Left, Leftover
-from sgl_overlay.tree import PreimageMismatch
-from sgl_overlay.verify import Unproven
+from sgl_overlay.engine.series import PreimageMismatch
+from sgl_overlay.engine.states import PatchStatus, Standing, State
+from sgl_overlay.engine.transaction import AmStop, Left, Leftover, who
+from sgl_overlay.errors import OverlayError
+from sgl_overlay.maint import export, pins
 
 CO = Path("/co")
 P1 = SimpleNamespace(
@@ -38,7 +38,7 @@ P2 = SimpleNamespace(label="sglang/0002-b.patch", applied_upstream="", forwarded
 DIFFERS = PreimageDiffers("sglang", PreimageMismatch("python/sglang/a.py", "aaaa", "bbbb"))
 SHA = "0123456789abcdef0123"
 FORK = Aside(folder="sgl-kernel", project="kvcache-ai/sglang", upstream="sgl-project/sglang")
-WHY = "sgl-kernel/ here is kvcache-ai/sglang's own copy, not sgl-project/sglang's"  # wording.aside(FORK)
+WHY = "sgl-kernel/ here is kvcache-ai/sglang's own copy, not sgl-project/sglang's"  # FORK.line()
 LOCK = Path("/co/.git/sgl-overlay.lock")
 TEN = time.mktime((2026, 1, 1, 10, 0, 0, 0, 0, -1))  # 10:00:00 local time
 
@@ -56,7 +56,7 @@ def test_status_lines():
         ],
         warnings=[DIFFERS],
     )
-    assert wording.status_lines(report) == [
+    assert report.lines() == [
         "note: /co is being changed by `sgl-overlay apply` (pid 7) since 10:00:00 (lock /co/.git/sgl-overlay.lock); "
         "wait for it to finish",
         "note: 3 file(s) have uncommitted changes (1 touched by the patches; first: python/sglang/a.py): the states "
@@ -75,7 +75,7 @@ def test_status_lines():
     merged = SimpleNamespace(
         label="sglang/0001-a.patch", applied_upstream="0.5.24", forwarded="https://e.com/pull/1", drop_when="a"
     )
-    assert wording.upstream_of(merged) == "drop: upstream since 0.5.24"
+    assert upstream_of(merged) == "drop: upstream since 0.5.24"
     assert StatusReport(CO, None, None, [TargetStatus("k", FORK, [PatchStatus(P1, State.ABSENT)])], []).ok
 
 
@@ -93,7 +93,7 @@ def test_status_lines():
     ],
 )
 def test_already_in(applied, upstream, line):
-    assert wording.already_in(AlreadyIn(CO, applied, upstream)) == line
+    assert AlreadyIn(CO, applied, upstream).line() == line
 
 
 def _note(standing: Standing, **kw) -> OptionalNote:
@@ -103,9 +103,7 @@ def _note(standing: Standing, **kw) -> OptionalNote:
 
 def test_every_standing_has_its_own_line():
     bad = PatchStatus(P1, State.ABSENT, "sgl-kernel/csrc/x.cu")
-    lines = {
-        s: wording.optional_note(_note(s, bad=bad, differs=BlobDiffers("k/x.cu", SHA, "f" * 40))) for s in Standing
-    }
+    lines = {s: _note(s, bad=bad, differs=BlobDiffers("k/x.cu", SHA, "f" * 40)).line() for s in Standing}
     assert lines == {
         Standing.APPLIED: f"sgl-kernel: applied here too ({WHY})",
         Standing.IN: f"sgl-kernel: already in here ({WHY}; already upstream)",
@@ -122,165 +120,122 @@ def test_every_standing_has_its_own_line():
         "earlier version of the series (other content than the patches have now): run `sgl-overlay revert "
         "--checkout /co`, then `sgl-overlay apply -t sgl-kernel --checkout /co`",
     }
-    assert wording.optional_note(_note(Standing.CONFLICTS)).endswith(
-        "its patch conflicts here: it needs a variant for this tree (`sgl-overlay status` names the hunk)"
+    assert (
+        _note(Standing.CONFLICTS)
+        .line()
+        .endswith("its patch conflicts here: it needs a variant for this tree (`sgl-overlay status` names the hunk)")
     )
-    assert "its patch applies with a 3-way merge here" in wording.optional_note(_note(Standing.APPLIES, three_way=True))
+    assert "its patch applies with a 3-way merge here" in _note(Standing.APPLIES, three_way=True).line()
 
 
 def test_check_lines():
     note = _note(Standing.APPLIED)
-    conflicts = OverlayError(Why.CONFLICTS, patch="sglang/0001-a.patch", checkout=CO, detail="x:1")
-    assert wording.check_lines(CheckReport(CO, refused=conflicts)) == [
-        "would fail: sglang/0001-a.patch conflicts in /co: x:1; tree left unchanged (see `sgl-overlay status`)"
+    conflicts = OverlayError("sglang/0001-a.patch conflicts in /co: x:1; tree left unchanged")
+    assert CheckReport(CO, refused=conflicts).lines() == [
+        "would fail: sglang/0001-a.patch conflicts in /co: x:1; tree left unchanged"
     ]
     assert not CheckReport(CO, refused=conflicts).ok
-    assert wording.check_lines(CheckReport(CO, warnings=[DIFFERS], pending=2, notes=[note])) == [
+    assert CheckReport(CO, warnings=[DIFFERS], pending=2, notes=[note]).lines() == [
         "warning: sglang: pre-image differs: python/sglang/a.py: expected blob aaaa, found bbbb",
         "ok: 2 patch(es) would apply to /co",
         f"sgl-kernel: applied here too ({WHY})",
     ]
-    assert wording.check_lines(CheckReport(CO, already=AlreadyIn(CO, 1, 0))) == [
+    assert CheckReport(CO, already=AlreadyIn(CO, 1, 0)).lines() == [
         "ok: already applied: 1 patch(es) in /co; nothing to do"
     ]
-    assert wording.strict_refusal(DIFFERS) == (
-        "sglang: pre-image differs: python/sglang/a.py: expected blob aaaa, found bbbb (--strict); use the pinned "
-        "upstream version or drop --strict"
-    )
 
 
 def test_apply_lines():
     done = ApplyReport(CO, [DIFFERS], [], count=2, before=SHA, after="f" * 40, upstream=1)
-    assert wording.apply_lines(done) == [
+    assert done.lines() == [
         "warning: sglang: pre-image differs: python/sglang/a.py: expected blob aaaa, found bbbb (continuing; "
         "--strict refuses)",
         "applied 2 patch(es) to /co: 0123456789ab -> ffffffffffff (1 already upstream, skipped)",
     ]
     nothing = ApplyReport(CO, [], [_note(Standing.IN)], already=AlreadyIn(CO, 0, 1))
-    assert wording.apply_lines(nothing) == [
+    assert nothing.lines() == [
         "already upstream: 1 patch(es) in /co (the files hold their change, not from overlay commits); nothing to do",
         f"sgl-kernel: already in here ({WHY}; already upstream)",
     ]
 
 
 def test_revert_lines():
-    assert wording.revert_lines(RevertReport(CO, 2, "reset", SHA, "f" * 40)) == [
+    assert RevertReport(CO, 2, "reset", SHA, "f" * 40).lines() == [
         "reverted 2 overlay commit(s) in /co (reset): 0123456789ab -> ffffffffffff"
     ]
     states = {"sglang": [State.APPLICABLE, State.UPSTREAM], "sglang-kt": [State.ABSENT]}
-    assert wording.revert_lines(RevertReport(CO, states=states)) == [
+    assert RevertReport(CO, states=states).lines() == [
         "nothing to revert: no overlay patch is applied in /co (sglang: applicable, already upstream; "
         "sglang-kt: target file absent)"
     ]
 
 
 def test_tree_export_and_pins_lines():
-    from sgl_overlay.tree import LaidOut
+    from sgl_overlay.builds.tree import LaidOut
 
-    assert wording.laid_out(LaidOut("sglang", Path("/t/sglang"), "0.5.23")) == (
-        "tree sglang: /t/sglang ready (upstream 0.5.23)"
-    )
-    assert wording.laid_out(LaidOut("sglang", Path("/t/sglang"), "0.5.23", 12, SHA)) == (
+    assert LaidOut("sglang", Path("/t/sglang"), "0.5.23").line() == ("tree sglang: /t/sglang ready (upstream 0.5.23)")
+    assert LaidOut("sglang", Path("/t/sglang"), "0.5.23", 12, SHA).line() == (
         "tree sglang: /t/sglang laid out (12 files, commit 0123456789ab)"
     )
-    assert wording.export_lines([(Path("/p/0001-a.patch"), True), (Path("/p/0002-b.patch"), False)]) == [
+    assert export.lines([(Path("/p/0001-a.patch"), True), (Path("/p/0002-b.patch"), False)]) == [
         "wrote /p/0001-a.patch",
         "unchanged /p/0002-b.patch",
     ]
     manifest = Path("/p/manifest.toml")
-    assert wording.pins_lines(manifest, [("sglang", 3)]) == ["pins sglang: 3 pre-image(s) written to /p/manifest.toml"]
-    assert wording.pins_lines(manifest, []) == ["pins: /p/manifest.toml already matches the series"]
+    assert pins.lines(manifest, [("sglang", 3)]) == ["pins sglang: 3 pre-image(s) written to /p/manifest.toml"]
+    assert pins.lines(manifest, []) == ["pins: /p/manifest.toml already matches the series"]
 
 
 def test_abort_lines():
-    from sgl_overlay.transaction import Aborted
+    from sgl_overlay.engine.transaction import Aborted
 
     run = {"command": "apply", "pid": 41}
-    assert wording.aborted(Aborted(CO)) == "nothing to abort in /co: no sgl-overlay run left a lock or journal there"
-    assert wording.aborted(Aborted(CO, run, Path("/co/.git/sgl-overlay.lock"))) == (
+    assert Aborted(CO).line() == "nothing to abort in /co: no sgl-overlay run left a lock or journal there"
+    assert Aborted(CO, run, Path("/co/.git/sgl-overlay.lock")).line() == (
         "removed the stale lock /co/.git/sgl-overlay.lock of `sgl-overlay apply` (pid 41); nothing to roll back in /co"
     )
     rolled = Aborted(CO, run, None, SHA, ("sglang/0001-a.patch",))
-    assert wording.aborted(rolled) == (
+    assert rolled.line() == (
         "rolled back the killed `sgl-overlay apply` (pid 41) in /co: HEAD 0123456789ab again, as before it ran; "
         "it had done sglang/0001-a.patch"
     )
-    assert wording.who({}) == "`sgl-overlay ?` (pid ?)"
+    assert who({}) == "`sgl-overlay ?` (pid ?)"
 
 
 def test_aside():
-    assert wording.aside(FORK) == WHY
-    assert wording.aside(Aside(moved=MOVES[0])) == (
+    assert FORK.line() == WHY
+    assert Aside(moved=MOVES[0]).line() == (
         "sgl-project/sglang moved sgl-kernel/ to python/sglang/kernels/aot/ (2026-07-29); its patches map there"
     )
-
-
-def test_every_failure_has_one_line():
-    assert set(wording.ERRORS) == set(Why)
-
-
-def _raise_sites() -> list[tuple[str, int, Why, set[str], bool]]:
-    """Each call in the tool's modules that names a `Why`: (module, line, why, fact names, has a ** splat)."""
-    sites = []
-    for path in sorted((Path(wording.__file__).parent).glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(node, ast.Call):
-                continue
-            kinds = [
-                Why[n.attr]
-                for arg in node.args
-                for n in ast.walk(arg)
-                if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "Why"
-            ]
-            names = {k.arg for k in node.keywords if k.arg}
-            splat = any(k.arg is None for k in node.keywords)
-            sites += [(path.stem, node.lineno, why, names, splat) for why in kinds]
-    return sites
-
-
-def test_each_failure_is_raised_with_the_facts_its_line_takes():
-    """A fact its line does not take, or (with no ** of shared facts) one it lacks, is a typo waiting for a user."""
-    sites = _raise_sites()
-    wrong = []
-    for mod, line, why, names, splat in sites:
-        takes = set(inspect.signature(wording.ERRORS[why]).parameters)
-        if names - takes or (not splat and names != takes):
-            wrong.append(f"{mod}:{line} {why.name} gives {sorted(names)}, its line takes {sorted(takes)}")
-    assert wrong == []
-    assert {why for _, _, why, _, _ in sites} == set(Why)  # no kind is left that nothing raises
-
-
-def test_git_operations_are_worded():
-    assert set(wording.GIT_OPERATIONS) == set(gitutil.OPERATION_FILES)
 
 
 def test_failure_data_lines():
     run = {"pid": 7, "command": "apply", "started": TEN, "head": SHA}
     journal = Path("/co/.git/sgl-overlay-journal.json")
-    assert wording.leftover(Leftover(Left.STALE_LOCK, CO, LOCK, run)) == (
+    assert Leftover(Left.STALE_LOCK, CO, LOCK, run).line() == (
         "stale lock /co/.git/sgl-overlay.lock of `sgl-overlay apply` (pid 7), which no longer runs; remove it "
         "with `sgl-overlay apply --abort --checkout /co`"
     )
-    assert wording.leftover(Leftover(Left.JOURNAL, CO, journal, run)) == (
+    assert Leftover(Left.JOURNAL, CO, journal, run).line() == (
         "a killed `sgl-overlay apply` (pid 7) left /co mid-change (journal /co/.git/sgl-overlay-journal.json, "
         "HEAD before 0123456789ab); roll it back with `sgl-overlay apply --abort --checkout /co`"
     )
-    assert wording.leftover(Leftover(Left.JOURNAL, CO, journal, {})).endswith(
-        "(journal /co/.git/sgl-overlay-journal.json, HEAD before unknown); roll it back with "
-        "`sgl-overlay apply --abort --checkout /co`"
+    assert (
+        Leftover(Left.JOURNAL, CO, journal, {})
+        .line()
+        .endswith(
+            "(journal /co/.git/sgl-overlay-journal.json, HEAD before unknown); roll it back with "
+            "`sgl-overlay apply --abort --checkout /co`"
+        )
     )
     hook = Path("/co/.git/hooks/pre-applypatch")
-    assert wording.am_stop(AmStop("")) == "git am failed"
-    assert wording.am_stop(AmStop("", hook)) == f"the pre-applypatch hook ({hook}) refused it (it printed nothing)"
-    assert wording.am_stop(AmStop("no", hook)) == f"the pre-applypatch hook ({hook}) refused it: no"
-    failed = OverlayError(Why.AM_FAILED, patch=None, checkout=CO, stop=AmStop("error: patch failed: a.py:3"))
-    assert wording.error(failed) == (
-        "the series did not apply in /co: error: patch failed: a.py:3; tree left unchanged (see `sgl-overlay status`)"
-    )
-    assert wording.unproven(Unproven("sglang", base=PreimageMismatch("a.py", "aaaa", None))) == (
+    assert AmStop("").reason() == "git am failed"
+    assert AmStop("", hook).reason() == f"the pre-applypatch hook ({hook}) refused it (it printed nothing)"
+    assert AmStop("no", hook).reason() == f"the pre-applypatch hook ({hook}) refused it: no"
+    assert Unproven("sglang", base=PreimageMismatch("a.py", "aaaa", None)).line() == (
         "sglang base: missing file a.py (expected blob aaaa)"
     )
-    assert wording.unproven(Unproven("sglang", path="a.py", found="bbbb", want="cccc")) == (
+    assert Unproven("sglang", path="a.py", found="bbbb", want="cccc").line() == (
         "sglang: a.py is blob bbbb, the series ends at cccc"
     )
-    assert wording.unproven(Unproven("sglang", dirty=CO)) == "sglang: /co has uncommitted changes"
+    assert Unproven("sglang", dirty=CO).line() == "sglang: /co has uncommitted changes"

@@ -17,6 +17,7 @@ keeps `rebase-apply/`: a lock, then a journal, then git.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -29,8 +30,8 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 from pathlib import Path
 
-from sgl_overlay import gitutil, records, subproc
-from sgl_overlay.errors import Interrupted, OverlayError, Why
+from sgl_overlay.engine import gitutil, records, subproc
+from sgl_overlay.errors import Interrupted, OverlayError, some
 
 LOCK = "sgl-overlay.lock"
 JOURNAL = "sgl-overlay-journal.json"
@@ -52,6 +53,57 @@ class Leftover:
     path: Path  # the lock or the journal
     run: dict  # its record of that run (pid, command, started; a journal's head)
     alive: records.Alive = records.Alive.YES  # for RUNNING: how sure that it runs
+
+    def line(self) -> str:
+        """Another run's lock, a lock whose run is gone, or a killed run's journal."""
+        run, repo, path = self.run, self.repo, self.path
+        match self.what:
+            case Left.RUNNING:
+                since = time.strftime("%H:%M:%S", time.localtime(run.get("started") or 0))
+                line = f"{repo} is being changed by {who(run)} since {since} (lock {path}); wait for it to finish"
+                if self.alive == records.Alive.UNSURE:
+                    line += (
+                        f"; its record has no start time to tell that run from another process of pid {run['pid']}: "
+                        f"if that is not it, remove it with `rm {path}`"
+                    )
+                elif self.alive == records.Alive.ELSEWHERE:
+                    line += (
+                        f"; it was written on host {run.get('host')}, where this host cannot see its processes: if "
+                        f"no sgl-overlay runs on {repo} there, remove it with `rm {path}`"
+                    )
+                return line
+            case Left.STALE_LOCK:
+                return f"stale lock {path} of {who(run)}, which no longer runs; remove it with `{_abort(repo)}`"
+        head = str(run.get("head", ""))[:12] or "unknown"
+        return (
+            f"a killed {who(run)} left {repo} mid-change (journal {path}, HEAD before {head}); "
+            f"roll it back with `{_abort(repo)}`"
+        )
+
+
+def who(run: dict) -> str:
+    """The run a lock or journal records."""
+    return f"`sgl-overlay {run.get('command', '?')}` (pid {run.get('pid', '?')})"
+
+
+def _abort(repo: Path) -> str:
+    return f"sgl-overlay apply --abort --checkout {repo}"
+
+
+def _writable(repo: Path, reason: str | None) -> str:
+    """The next step when the tool cannot write in a checkout's git directory."""
+    if reason == os.strerror(errno.ENOSPC):
+        return f"free some space on the device {repo} is on, then run again (nothing was changed)"
+    return f"{repo} and its .git must be writable to change it (nothing was changed)"
+
+
+def _ref(ref: str | None, short: bool = False) -> str:
+    """A branch (refs/heads/x), a commit, or None (a detached HEAD), as a line names it."""
+    if ref is None:
+        return "a detached HEAD"
+    if ref.startswith("refs/heads/"):
+        return ref.removeprefix("refs/heads/") if short else f"branch {ref.removeprefix('refs/heads/')}"
+    return ref[:12] if short else f"commit {ref[:12]}"
 
 
 def _records(repo: Path) -> tuple[Path, dict | None, Path, dict | None]:
@@ -79,10 +131,10 @@ def leftover(repo: Path) -> Leftover | None:
     return None
 
 
-def _refuse_leftover(repo: Path, otherwise: Why, **facts: object) -> OverlayError:
+def _refuse_leftover(repo: Path, otherwise: str) -> OverlayError:
     """The refusal naming what another run left, or `otherwise` when it went meanwhile."""
     left = leftover(repo)
-    return OverlayError(Why.LEFTOVER, left=left) if left else OverlayError(otherwise, **facts)
+    return OverlayError(left.line() if left else otherwise)
 
 
 _LOCK_TRIES = 3
@@ -116,20 +168,20 @@ def locked(repo: Path, command: str) -> Iterator[None]:
                 # A lock that went before it could be read was a run that just ended: try again.
                 left = leftover(repo)
                 if left:
-                    raise OverlayError(Why.LEFTOVER, left=left) from None
+                    raise OverlayError(left.line()) from None
                 if attempt == _LOCK_TRIES - 1:
-                    raise OverlayError(Why.LOCK_RACE, lock=lock) from None
+                    raise OverlayError(f"{lock} appeared and went; try again") from None
     except FileExistsError:
-        raise _refuse_leftover(repo, Why.LOCK_RACE, lock=lock) from None
+        raise _refuse_leftover(repo, f"{lock} appeared and went; try again") from None
     except OSError as exc:
-        raise OverlayError(Why.CANNOT_LOCK, lock=lock, repo=repo, reason=exc.strerror) from None
+        raise OverlayError(f"cannot create {lock} ({exc.strerror}); {_writable(repo, exc.strerror)}") from None
     finally:
         with contextlib.suppress(OSError):  # (a read-only file system refuses even to unlink what is not there)
             mine.unlink()
     try:
         dead = leftover(repo)  # we hold the lock: a journal here is a dead run's
         if dead:
-            raise OverlayError(Why.LEFTOVER, left=dead)
+            raise OverlayError(dead.line())
         yield
     finally:
         lock.unlink(missing_ok=True)
@@ -158,6 +210,13 @@ class AmStop:
 
     line: str
     hook: Path | None = None
+
+    def reason(self) -> str:
+        if self.hook is None:
+            return self.line or "git am failed"
+        return f"the {self.hook.name} hook ({self.hook}) refused it" + (
+            f": {self.line}" if self.line else " (it printed nothing)"
+        )
 
 
 def am_failure(proc: subprocess.CompletedProcess, repo: Path | None = None) -> AmStop:
@@ -239,7 +298,9 @@ class Change:
         try:
             records.write(self.journal, self.data)
         except OSError as exc:
-            raise OverlayError(Why.CANNOT_JOURNAL, journal=self.journal, repo=self.repo, reason=exc.strerror) from None
+            raise OverlayError(
+                f"cannot write {self.journal} ({exc.strerror}); {_writable(self.repo, exc.strerror)}"
+            ) from None
         self.watch.enter_context(subproc.watching(locks))
         return self
 
@@ -249,7 +310,7 @@ class Change:
         records.write(self.journal, self.data)
 
     def interrupted(self) -> Interrupted:
-        return Interrupted(Why.INTERRUPTED, command=self.command, repo=self.repo, head=self.head)
+        return Interrupted(f"interrupted: {self.command} rolled back, {self.repo} is as before (HEAD {self.head[:12]})")
 
     def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
         if typ is None and subproc.caught() is None:
@@ -341,18 +402,37 @@ def _restore(repo: Path, gd: Path, head: str, paths: list[str]) -> None:
 def _refuse_changes_since(repo: Path, info: dict, journal: Path, lock: Path) -> None:
     """Refuse, in one line, when the checkout holds anything the killed run did not do: another branch or
     HEAD, commits it did not make, files edited or staged since."""
-    facts = {"repo": repo, "run": info, "journal": journal, "lock": lock, "head": info["head"]}
+    run, head = who(info), info["head"]
     branch = gitutil.git(repo, "symbolic-ref", "-q", "HEAD", check=False).stdout.strip() or None
     if branch != info["branch"]:
-        raise OverlayError(Why.BRANCH_SINCE, now=branch, was=info["branch"], **facts)
-    if gitutil.git(repo, "merge-base", "--is-ancestor", info["head"], "HEAD", check=False).returncode != 0:
-        raise OverlayError(Why.BRANCH_SINCE, now=gitutil.head(repo), was=info["head"], **facts)
+        raise _branch_since(repo, run, branch, info["branch"], journal, lock, head)
+    if gitutil.git(repo, "merge-base", "--is-ancestor", head, "HEAD", check=False).returncode != 0:
+        raise _branch_since(repo, run, gitutil.head(repo), head, journal, lock, head)
     foreign = _foreign_commits(repo, info)
     if foreign:
-        raise OverlayError(Why.FOREIGN_COMMITS, first=foreign[0], **facts)
+        raise OverlayError(
+            f"{repo} has commits the killed {run} did not make (first: {foreign[0][:60]}); to keep them, "
+            f"`rm {journal} {lock}`; to drop them, `git reset --hard {head[:12]}` there, then abort again"
+        )
     files = _changed_since(repo, info, _run_paths(repo, info))
     if files:
-        raise OverlayError(Why.FILES_SINCE, files=files, **facts)
+        raise OverlayError(
+            f"{repo}: {some(files)} changed since the killed {run}, which wrote {'it' if len(files) == 1 else 'them'} "
+            "too: nothing was rolled back; to keep your version, copy it aside; then `git checkout HEAD -- "
+            f"{' '.join(files)}` there and abort again"
+        )
+
+
+def _branch_since(
+    repo: Path, run: str, now: str | None, was: str | None, journal: Path, lock: Path, head: str
+) -> OverlayError:
+    """The refusal of a checkout whose branch or HEAD moved since the killed run."""
+    back = _ref(was, short=True) if was else "--detach " + head[:12]
+    return OverlayError(
+        f"{repo} is on {_ref(now)} now, the killed {run} changed {_ref(was)}: nothing was rolled back; "
+        f"to roll it back, `git checkout {back}` there (commit or stash your changes first), then "
+        f"abort again; to keep everything as it is, `rm {journal} {lock}`"
+    )
 
 
 # The lock files a run's `git am`, `git revert` or `git reset` takes in the worktree's git directory, and in the
@@ -450,16 +530,23 @@ def _git_locks(repo: Path, info: dict, journal: Path, lock: Path) -> list[Path]:
     present = [p for p in git_lock_names(repo, info["branch"]) if p.exists()]
     if not present:
         return []
-    facts = {"repo": repo, "run": info, "journal": journal, "lock": lock}
     holders = subproc.processes_in([gitutil.git_dir(repo), gitutil.common_dir(repo)], repo)
     if holders:
         raise OverlayError(
-            Why.GIT_LOCK_HELD, git_lock=present[0], pid=holders[0], command=subproc.cmdline(holders[0]), **facts
+            f"{present[0]} may be held by pid {holders[0]} (`{subproc.cmdline(holders[0]) or '?'}`), which works in "
+            f"{repo}, not by the killed {who(info)}: nothing was changed; let that git finish (or end it), then abort "
+            "again"
         )
     recorded = {e["path"]: e for e in info.get("locks", [])}
     theirs = [p for p in present if recorded.get(str(p)) != _identity(p)]
     if theirs:
-        raise OverlayError(Why.GIT_LOCK_NOT_RECORDED, git_locks=theirs, **facts)
+        one = len(theirs) == 1
+        raise OverlayError(
+            f"{', '.join(map(str, theirs))} {'is not a lock' if one else 'are not locks'} the killed "
+            f"{who(info)} recorded as its git's (another git may have made {'it' if one else 'them'}): "
+            f"nothing was changed; if no git runs in {repo}, remove {'it' if one else 'them'} "
+            f"(`rm {' '.join(map(str, theirs))}`), then abort again"
+        )
     return present
 
 
@@ -490,6 +577,20 @@ class Aborted:
     locks: tuple[Path, ...] = field(default=())
     ended: tuple[int, ...] = ()
 
+    def line(self) -> str:
+        if self.run is None:
+            return f"nothing to abort in {self.repo}: no sgl-overlay run left a lock or journal there"
+        if not self.head:
+            return f"removed the stale lock {self.lock} of {who(self.run)}; nothing to roll back in {self.repo}"
+        done = f"; it had done {', '.join(self.done)}" if self.done else ""
+        left = [f"git's lock file(s) {', '.join(p.name for p in self.locks)}"] if self.locks else []
+        left += [f"its process(es) {', '.join(map(str, self.ended))}"] if self.ended else []
+        removed = f"; removed what it left: {' and '.join(left)}" if left else ""
+        return (
+            f"rolled back the killed {who(self.run)} in {self.repo}: HEAD {self.head[:12]} again, as before it "
+            f"ran{done}{removed}"
+        )
+
 
 def abort(repo: Path) -> Aborted:
     """Roll back what a killed run left in `repo` (its journal), keeping what the user did since in other files,
@@ -502,7 +603,7 @@ def abort(repo: Path) -> Aborted:
         if record is not None and record["pid"] != os.getpid():
             alive = records.alive(record)
             if alive != records.Alive.NO:
-                raise OverlayError(Why.LEFTOVER, left=Leftover(Left.RUNNING, repo, path, record, alive))
+                raise OverlayError(Leftover(Left.RUNNING, repo, path, record, alive).line())
     if info is None:
         if held is None:
             return Aborted(repo)
@@ -531,6 +632,6 @@ def discard_leftovers(repo: Path) -> None:
     except OverlayError:
         held = None  # a tree the tool owns: an unreadable lock is reset with the rest
     if held and records.alive(held) != records.Alive.NO:
-        raise _refuse_leftover(repo, Why.LOCK_HELD, lock=gd / LOCK)
+        raise _refuse_leftover(repo, f"{gd / LOCK} is held")
     (gd / JOURNAL).unlink(missing_ok=True)
     (gd / LOCK).unlink(missing_ok=True)

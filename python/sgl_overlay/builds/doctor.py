@@ -12,11 +12,18 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from sgl_overlay import gitutil, routes, subproc
-from sgl_overlay.errors import OverlayError, UsageError, Why
-from sgl_overlay.manifest import Kind, Manifest, Target
-from sgl_overlay.series import Patch, Series
-from sgl_overlay.wheels import no_wheel_fits, patched_wheel_name, shipped_changes, wheel_for_python, wheel_path_of
+from sgl_overlay.builds import routes
+from sgl_overlay.builds.wheels import (
+    no_wheel_fits,
+    patched_wheel_name,
+    shipped_changes,
+    wheel_for_python,
+    wheel_path_of,
+)
+from sgl_overlay.engine import gitutil, subproc
+from sgl_overlay.engine.manifest import Kind, Manifest, Target
+from sgl_overlay.engine.series import Patch, Series
+from sgl_overlay.errors import OverlayError, UsageError
 
 KERNEL_NAMES = ("sglang-kernel", "sgl-kernel")  # every kernel distribution doctor looks for
 
@@ -110,7 +117,10 @@ def probe(python: str, dists: list[str], live: bool, site: Path | None = None) -
     except ValueError:
         found = None
     if not isinstance(found, dict):  # not a Python that runs the probe (a wrapper that prints its own text)
-        raise OverlayError(Why.PROBE_NOT_JSON, python=python, line=last[:80])
+        raise OverlayError(
+            f"{python} did not answer the environment probe (its last line: {last[:80]!r}); pass --python the "
+            "environment's Python interpreter itself"
+        )
     return found
 
 
@@ -258,7 +268,7 @@ def doctor(
     manifest: Manifest, python: str, dist_dir: Path, live: bool = True, site: Path | None = None
 ) -> DoctorReport:
     if site is not None and not site.is_dir():
-        raise UsageError(Why.SITE_NOT_A_FOLDER, site=site)
+        raise UsageError(f"--site {site} is not a folder; pass the DIR of `pip install --target DIR`")
     wheel_targets = [t for t in manifest.targets.values() if t.kind == Kind.WHEEL]
     data = probe(python, [t.dist_name for t in wheel_targets], live, site)
     version = tuple(data["version"])

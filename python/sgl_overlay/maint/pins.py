@@ -4,15 +4,19 @@ the manifest loads and rewritten from the series by `sgl-overlay pins` (and `exp
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
-from sgl_overlay.manifest import Manifest, Target
-from sgl_overlay.series import Series, same_blob
+from sgl_overlay.engine.manifest import Manifest, Target
+from sgl_overlay.engine.series import Series, same_blob
 
 
-def check(manifest: Manifest) -> None:
-    """Refuse (one line naming the file and the command that fixes it) a table the series disagrees with."""
-    for target in manifest.targets.values():
-        Series.read(target).check_lock()
+def check(manifest: Manifest) -> dict[str, Series]:
+    """Refuse (one line naming the file and the command that fixes it) a table the series disagrees with;
+    each target's series, as read for the check (the command goes on with them)."""
+    read = {name: Series.read(target) for name, target in manifest.targets.items()}
+    for series in read.values():
+        series.check_lock()
+    return read
 
 
 def _table(target: Target, preimages: dict[str, str]) -> str:
@@ -50,3 +54,9 @@ def _trailing(body: str) -> str:
             break
         keep.append(line)
     return "".join(reversed(keep))
+
+
+def lines(manifest: Path, written: list[tuple[str, int]]) -> list[str]:
+    """What `pins` (and `export`) print: each table rewritten, or that none needed it."""
+    done = [f"pins {name}: {count} pre-image(s) written to {manifest}" for name, count in written]
+    return done or [f"pins: {manifest} already matches the series"]

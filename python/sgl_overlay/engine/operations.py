@@ -1,5 +1,5 @@
-"""apply / check / status / revert: what each finds or does in a checkout, returned as a report
-(`wording` makes its lines); changes go all-or-nothing through `transaction`."""
+"""apply / check / status / revert: what each finds or does in a checkout, returned as a report that
+renders its own lines; changes go all-or-nothing through `transaction`."""
 
 from __future__ import annotations
 
@@ -10,13 +10,22 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
 
-from sgl_overlay import gitutil, records, subproc, transaction
-from sgl_overlay.checkout import Aside, Checkout, ensure_hooks_run, ensure_writable
-from sgl_overlay.errors import OverlayError, Why
-from sgl_overlay.manifest import Target
-from sgl_overlay.series import Patch
-from sgl_overlay.states import BLOCKED, IN, PENDING, Content, PatchStatus, Standing, State, content_of, series_status
-from sgl_overlay.tree import PreimageMismatch, check_preimages
+from sgl_overlay.engine import gitutil, records, subproc, transaction
+from sgl_overlay.engine.checkout import Aside, Checkout, ensure_hooks_run, ensure_writable
+from sgl_overlay.engine.manifest import Target
+from sgl_overlay.engine.series import Patch, PreimageMismatch, check_preimages
+from sgl_overlay.engine.states import (
+    BLOCKED,
+    IN,
+    PENDING,
+    Content,
+    PatchStatus,
+    Standing,
+    State,
+    content_of,
+    series_status,
+)
+from sgl_overlay.errors import OverlayError, some
 
 
 @dataclass
@@ -42,6 +51,9 @@ class PreimageDiffers:
 
     target: str
     mismatch: PreimageMismatch
+
+    def line(self) -> str:
+        return f"{self.target}: pre-image differs: {self.mismatch.line()}"
 
 
 def preimage_warnings(co: Checkout, sv: Survey) -> list[PreimageDiffers]:
@@ -93,6 +105,69 @@ class StatusReport:
         stuck = (*BLOCKED, State.OLDER)
         return all(t.optional is not None or r.state not in stuck for t in self.targets for r in t.rows)
 
+    def lines(self) -> list[str]:
+        """A note on another run, one on uncommitted files, each target's patches with their states, warnings."""
+        lines = [f"note: {self.busy.line()}"] if self.busy else []
+        if self.read_only:
+            lines.append(
+                f"note: {self.path} is read-only: the states below are read all the same (git's new objects go to "
+                "a private store of this run); apply and revert need it writable"
+            )
+        if u := self.uncommitted:
+            lines.append(
+                f"note: {u.count} file(s) have uncommitted changes ({u.ours} touched by the patches; "
+                f"first: {u.first}): the states below read the working files, not HEAD; apply and revert refuse "
+                "until they are committed or stashed"
+            )
+        for t in self.targets:
+            note = f" (optional here: {t.optional.line()}; only `-t {t.name}` applies it)" if t.optional else ""
+            lines.append(f"{t.name} in {self.path}{note}:")
+            lines += [f"  {_row(row)}" for row in t.rows]
+            older = [row.patch.label for row in t.rows if row.state == State.OLDER]
+            if older:
+                lines.append(f"  note: {older_applied(self.path, older, t.name if t.optional else None)}")
+        return lines + [f"warning: {w.line()}" for w in self.warnings]
+
+
+STATE_WIDTH = 20  # the state column of `status`
+
+
+def _row(row: PatchStatus) -> str:
+    """One patch in `status`: its state, label, what the state names, and where upstream stands."""
+    extra = row.commit[:12] if row.commit else row.detail
+    if row.state == State.OLDER:
+        extra = f"commit {row.commit[:12]}, {_older_version(row.patch.label, row.detail)}"
+    if row.state == State.ELSEWHERE:
+        extra = (
+            f"by {row.detail}, commit {row.commit[:12]}"
+            if row.detail
+            else (f"commit {row.commit[:12]}, not one sgl-overlay made: `revert` leaves it")
+        )
+    return (
+        f"{row.state.value:<{STATE_WIDTH}} {row.patch.label}"
+        + (f"  ({extra})" if extra else "")
+        + f"  {upstream_of(row.patch)}"
+    )
+
+
+def _older_version(label: str, made_from: str) -> str:
+    """What an OLDER row's commit was made from."""
+    if made_from == label:
+        return "made from an earlier version of this patch, whose content the series has changed since"
+    return f"made from {made_from} of an earlier version of the series"
+
+
+def upstream_of(patch: Patch) -> str:
+    """Where upstream stands on a patch (the manifest's `applied_upstream`, else its `Forwarded:` trailer), what
+    is left to do there and when the series can drop it (its `Drop-when:` trailer)."""
+    if patch.applied_upstream:
+        return f"drop: upstream since {patch.applied_upstream}"
+    if patch.forwarded:
+        where = f"upstream: not applied, forwarded as {patch.forwarded}; left: its review and merge there"
+    else:
+        where = "upstream: not applied, not forwarded; left: open its pull request (`sgl-overlay prs` writes it)"
+    return where + (f"; drop when: {patch.drop_when}" if patch.drop_when else "")
+
 
 def status(co: Checkout) -> StatusReport:
     """Each patch's state, read from the working files."""
@@ -130,6 +205,38 @@ class OptionalNote:
     bad: PatchStatus | None = None  # the absent or conflicting patch
     differs: BlobDiffers | None = None  # for CONFLICTS: where a port must start from
     three_way: bool = False  # for APPLIES: only through a 3-way merge
+
+    def line(self) -> str:
+        """What this target's patches would do here, and the command that does it."""
+        name, why = self.target, self.why.line()
+        match self.standing:
+            case Standing.APPLIED:
+                return f"{name}: applied here too ({why})"
+            case Standing.IN:
+                return f"{name}: already in here ({why}; {', '.join(r.state.value for r in self.rows)})"
+            case Standing.ABSENT:
+                return f"{name}: not applied ({why}); {self.bad.patch.label} needs {self.bad.detail}, which is not here"
+            case Standing.CONFLICTS:
+                return f"{name}: not applied ({why}); its patch conflicts here: {self._port_from()}"
+            case Standing.HALF_APPLIED:
+                return f"{name}: half-applied here ({why}); run `sgl-overlay revert -t {name} --checkout {self.path}`"
+            case Standing.OLDER:
+                older = [r.patch.label for r in self.rows if r.state == State.OLDER]
+                return f"{name}: not applied as the series has it ({why}); {older_applied(self.path, older, name)}"
+        how = "applies with a 3-way merge" if self.three_way else "applies"
+        return (
+            f"{name}: not applied ({why}); its patch {how} here: add it with "
+            f"`sgl-overlay apply -t {name} --checkout {self.path}`"
+        )
+
+    def _port_from(self) -> str:
+        d = self.differs
+        if d is None:
+            return "it needs a variant for this tree (`sgl-overlay status` names the hunk)"
+        return (
+            f"{d.path} is blob {d.have[:12]}, the patch is written for {d.want[:12]}; "
+            "it needs a variant for this file (`sgl-overlay status` names the hunk)"
+        )
 
 
 def _optional_note(co: Checkout, sv: Survey, target: Target) -> OptionalNote:
@@ -174,7 +281,7 @@ def plan(co: Checkout, strict: bool) -> tuple[list[tuple[Path, tuple[str, ...]]]
     sv = survey(co)
     warnings = preimage_warnings(co, sv)
     if strict and warnings:
-        raise OverlayError(Why.STRICT, differs=warnings[0])
+        raise OverlayError(f"{warnings[0].line()} (--strict); use the pinned upstream version or drop --strict")
     to_apply: list[tuple[Path, tuple[str, ...]]] = []
     for target in co.required:
         name, rows = target.name, sv.rows[target.name]
@@ -182,27 +289,22 @@ def plan(co: Checkout, strict: bool) -> tuple[list[tuple[Path, tuple[str, ...]]]
         pending = [r for r in rows if r.state in PENDING]
         older = [r for r in rows if r.state == State.OLDER]
         if older:  # (what else conflicts here may be that older version's doing)
-            raise OverlayError(Why.OLDER_APPLIED, checkout=co.path, patches=[r.patch.label for r in older])
+            raise OverlayError(f"{older_applied(co.path, [r.patch.label for r in older])} (tree left unchanged)")
         for r in rows:
             if r.state == State.ABSENT:
                 raise OverlayError(
-                    Why.FILE_ABSENT,
-                    patch=r.patch.label,
-                    file=r.detail,
-                    checkout=co.path,
-                    target=name,
-                    alone=_other_targets(co, sv, name),
+                    f"{r.patch.label}: missing file {r.detail} in {co.path}; this checkout is not a version the "
+                    f"{name} patches support (see `sgl-overlay status`){_alone(co, sv, name)}"
                 )
             if r.state == State.CONFLICTING:
-                raise OverlayError(Why.CONFLICTS, patch=r.patch.label, checkout=co.path, detail=r.detail)
+                raise OverlayError(
+                    f"{r.patch.label} conflicts in {co.path}: {r.detail}; tree left unchanged "
+                    "(see `sgl-overlay status`)"
+                )
         if applied and pending:
             raise OverlayError(
-                Why.HALF_APPLIED,
-                applied=len(applied),
-                total=len(rows),
-                target=name,
-                checkout=co.path,
-                first=applied[0].patch.label,
+                f"half-applied series: {len(applied)} of {len(rows)} {name} patches are applied in {co.path} "
+                f"({applied[0].patch.label}); run `sgl-overlay revert` there, then apply again"
             )
         _refuse_untracked(co, name, [r.patch for r in pending])
         flags = tuple(co.placement(name).apply_flags())
@@ -234,12 +336,29 @@ def _refuse_untracked(co: Checkout, name: str, patches: list[Patch]) -> None:
                 and os.path.lexists(co.path / path)
                 and gitutil.blob_at(co.path, "HEAD", path) is None
             ):
-                raise OverlayError(Why.UNTRACKED_IN_THE_WAY, patch=patch.label, file=path, checkout=co.path)
+                raise OverlayError(
+                    f"{patch.label} adds {path}, but an untracked file is there in {co.path}; move it away, "
+                    "then apply again (tree left unchanged)"
+                )
 
 
-def _other_targets(co: Checkout, sv: Survey, failed: str) -> list[str]:
-    """The other targets of this checkout that can go in alone."""
-    return [t.name for t in co.targets if t.name != failed and all(r.state in (*PENDING, *IN) for r in sv.rows[t.name])]
+def _alone(co: Checkout, sv: Survey, failed: str) -> str:
+    """The hint that the other targets of this checkout can go in alone ("" when none can)."""
+    fine = [t.name for t in co.targets if t.name != failed and all(r.state in (*PENDING, *IN) for r in sv.rows[t.name])]
+    if not fine:
+        return ""
+    only = " ".join(f"-t {n}" for n in fine)
+    return f"; `sgl-overlay apply {only} --checkout {co.path}` applies {', '.join(fine)} alone"
+
+
+def older_applied(checkout: Path, patches: list[str], optional: str | None = None) -> str:
+    """Which patches are in as an earlier version of the series, and how to have the series as it is now."""
+    only = f"-t {optional} " if optional else ""
+    return (
+        f"{some(patches)} {'is' if len(patches) == 1 else 'are'} applied as an earlier version of the series "
+        f"(other content than the patches have now): run `sgl-overlay revert --checkout {checkout}`, then "
+        f"`sgl-overlay apply {only}--checkout {checkout}`"
+    )
 
 
 @dataclass(frozen=True)
@@ -251,6 +370,28 @@ class AlreadyIn:
     applied: int
     upstream: int
     other: int = 0
+
+    def line(self) -> str:
+        if self.other:
+            parts = [f"already applied: {self.applied}"] if self.applied else []
+            parts += [f"already upstream: {self.upstream}"] if self.upstream else []
+            return (
+                f"already in: {self.applied + self.upstream + self.other} patch(es) in {self.path}, {self.other} of "
+                "them by commits sgl-overlay did not make (see `sgl-overlay status`)"
+                + "".join(f", {p}" for p in parts)
+                + "; nothing to do"
+            )
+        if not self.upstream:
+            return f"already applied: {self.applied} patch(es) in {self.path}; nothing to do"
+        if not self.applied:
+            return (
+                f"already upstream: {self.upstream} patch(es) in {self.path} (the files hold their change, "
+                "not from overlay commits); nothing to do"
+            )
+        return (
+            f"already applied: {self.applied} patch(es), already upstream: {self.upstream}, in {self.path}; "
+            "nothing to do"
+        )
 
 
 def already_in(co: Checkout, sv: Survey) -> AlreadyIn:
@@ -274,13 +415,19 @@ class CheckReport:
     def ok(self) -> bool:
         return self.refused is None
 
+    def lines(self) -> list[str]:
+        if self.refused:
+            return [f"would fail: {self.refused}"]
+        would = f"{self.pending} patch(es) would apply to {self.path}" if self.pending else self.already.line()
+        return [f"warning: {w.line()}" for w in self.warnings] + [f"ok: {would}"] + [n.line() for n in self.notes]
+
 
 def check(co: Checkout, strict: bool = False) -> CheckReport:
     """What `apply` would do, touching nothing."""
     try:
         busy = transaction.leftover(co.path)
         if busy:
-            raise OverlayError(Why.LEFTOVER, left=busy)
+            raise OverlayError(busy.line())
         to_apply, sv, warnings = plan(co, strict)
     except OverlayError as exc:
         return CheckReport(co.path, refused=exc)
@@ -302,6 +449,22 @@ class ApplyReport:
     upstream: int = 0  # patches skipped as already upstream
     bypassed: Path | None = None  # the checkout's pre-commit hook, which `git am` does not run
 
+    def lines(self) -> list[str]:
+        lines = [f"warning: {w.line()} (continuing; --strict refuses)" for w in self.warnings]
+        notes = [n.line() for n in self.notes]
+        if self.already is not None:
+            return lines + [self.already.line()] + notes
+        before, after = self.before[:12], self.after[:12]
+        skipped = f" ({self.upstream} already upstream, skipped)" if self.upstream else ""
+        lines.append(f"applied {self.count} patch(es) to {self.path}: {before} -> {after}{skipped}")
+        if self.bypassed is not None:
+            lines.append(
+                f"note: `git am` does not run the pre-commit hook ({self.bypassed}): these {self.count} commit(s) did "
+                f"not go through it; run its checks on them (pre-commit's: `pre-commit run --from-ref {before} "
+                f"--to-ref {after}` in {self.path})"
+            )
+        return lines + notes
+
 
 def apply(co: Checkout, strict: bool = False) -> ApplyReport:
     """Apply every pending patch of every required target, or nothing at all."""
@@ -319,8 +482,10 @@ def apply(co: Checkout, strict: bool = False) -> ApplyReport:
                 proc = transaction.run_am(co.path, patches, co.laid_out, flags)
                 if proc.returncode != 0:
                     stuck = transaction.stuck_patch(co.path, patches)
+                    stop = transaction.am_failure(proc, co.path).reason()
                     raise OverlayError(
-                        Why.AM_FAILED, patch=stuck, checkout=co.path, stop=transaction.am_failure(proc, co.path)
+                        f"{stuck or 'the series'} did not apply in {co.path}: {stop}; tree left unchanged "
+                        "(see `sgl-overlay status`)"
                     )
                 change.done(", ".join(f"{p.parent.name}/{p.name}" for p in patches))
             # One commit per patch, in order: recorded as the tool's, so that status and revert know them.
@@ -347,6 +512,15 @@ class RevertReport:
     before: str = ""
     after: str = ""
     states: dict[str, list[State]] = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        if not self.count:
+            states = "; ".join(f"{name}: {', '.join(s.value for s in ss)}" for name, ss in self.states.items())
+            return [f"nothing to revert: no overlay patch is applied in {self.path} ({states})"]
+        return [
+            f"reverted {self.count} overlay commit(s) in {self.path} ({self.how}): {self.before[:12]} -> "
+            f"{self.after[:12]}"
+        ]
 
 
 def _record(co: Checkout, add: dict[str, str], drop: list[str] = ()) -> None:
@@ -395,11 +569,22 @@ def revert(co: Checkout) -> RevertReport:
 def _revert_failure(proc: subprocess.CompletedProcess, checkout: Path) -> OverlayError:
     """Why `git revert` stopped."""
     text = (proc.stdout + proc.stderr).lower()
+    could_not = f"could not revert the overlay's commits in {checkout}"
     if "conflict" in text:
-        return OverlayError(Why.REVERT_CONFLICTS, checkout=checkout)
+        return OverlayError(
+            f"{could_not}: later commits touch the same lines; tree left unchanged: revert them by hand with "
+            "`git revert`"
+        )
     if any(sign in text for sign in ("auto-detect", "tell me who you are", "empty ident")):
-        return OverlayError(Why.REVERT_NO_IDENTITY, checkout=checkout)
+        return OverlayError(
+            f"{could_not}: git has no identity for the revert commits; set it with `git config user.name NAME` "
+            "and `git config user.email EMAIL`, then revert again (tree left unchanged)"
+        )
     if "gpg failed to sign" in text:
-        return OverlayError(Why.REVERT_GPG, checkout=checkout)
+        return OverlayError(
+            f"{could_not}: gpg could not sign the revert commits (commit.gpgSign is set); make gpg work "
+            f"(`echo x | gpg --clearsign`), or revert unsigned with `git -C {checkout} config commit.gpgSign false`, "
+            "then revert again (tree left unchanged)"
+        )
     errors = [ln.strip() for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("error:")]
-    return OverlayError(Why.REVERT_FAILED, checkout=checkout, reason=(errors or [subproc.failure_reason(proc)])[0])
+    return OverlayError(f"{could_not}: {(errors or [subproc.failure_reason(proc)])[0]}; tree left unchanged")

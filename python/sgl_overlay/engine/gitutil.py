@@ -8,8 +8,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from sgl_overlay import scratch, subproc
-from sgl_overlay.errors import OverlayError, Why
+from sgl_overlay.engine import scratch, subproc
+from sgl_overlay.errors import OverlayError
+
+PROJECTS = "sgl-project/sglang or kvcache-ai/sglang"  # the upstreams a checkout is of, as a message names them
 
 # Commits the tool itself makes (the `upstream` base of a laid-out tree, patches applied
 # to it) use a fixed identity and date so the same pins always give the same commit ids.
@@ -57,15 +59,23 @@ def out_bytes(repo: Path, *args: str, env: dict[str, str] | None = None, input: 
 
 def toplevel(path: Path) -> Path:
     if not path.exists():
-        raise OverlayError(Why.NO_PATH, path=path)
+        raise OverlayError(f"{path} does not exist; pass the root of a git checkout")
     proc = git(path, "rev-parse", "--show-toplevel", check=False)
     if proc.returncode != 0:
         ensure_git_runs()
         if "dubious ownership" in proc.stderr:  # another user owns it: git refuses to read it
-            raise OverlayError(Why.DUBIOUS_OWNERSHIP, path=path)
+            raise OverlayError(
+                f'git refuses {path}: another user owns it (git\'s "dubious ownership" check); run the tool as its '
+                f"owner, or trust it with `git config --global --add safe.directory {path}`"
+            )
         if git(path, "rev-parse", "--is-bare-repository", check=False).stdout.strip() == "true":
-            raise OverlayError(Why.BARE, path=path)
-        raise OverlayError(Why.NOT_GIT, path=path)
+            raise OverlayError(
+                f"{path} is a bare repository (no working tree to patch); pass a checkout of it: "
+                f"`git clone {path} DIR`, then `--checkout DIR`"
+            )
+        raise OverlayError(
+            f"not a git directory: {path}; pass the root of a git checkout of {PROJECTS} (or run `sgl-overlay fetch`)"
+        )
     return Path(proc.stdout.strip())
 
 
@@ -74,7 +84,10 @@ def ensure_git_runs() -> None:
     proc = git(None, "--version", check=False)
     if proc.returncode != 0 or not proc.stdout.startswith("git version"):
         found = shutil.which("git") or "git"
-        raise OverlayError(Why.GIT_BROKEN, git=found, reason=subproc.failure_reason(proc))
+        raise OverlayError(
+            f"{found} does not work as git (`git --version`: {subproc.failure_reason(proc)}); put a working git "
+            "first on PATH"
+        )
 
 
 def head(repo: Path) -> str:
@@ -90,23 +103,26 @@ def git_path(repo: Path, name: str) -> Path:
     return (repo / out(repo, "rev-parse", "--git-path", name)).resolve()
 
 
-# The files git keeps while an operation is half-finished: a `git am`, a rebase (two kinds), a merge, a
-# cherry-pick, a revert, a bisect (`wording.GIT_OPERATIONS` says what each is and what ends it).
-OPERATION_FILES = (
-    "rebase-apply/applying",
-    "rebase-apply",
-    "rebase-merge",
-    "MERGE_HEAD",
-    "CHERRY_PICK_HEAD",
-    "REVERT_HEAD",
-    "BISECT_LOG",
-)
+# The files git keeps while an operation is half-finished (`git am` before the rebase that shares its folder):
+# what each says is in progress, and the command that ends it.
+GIT_OPERATIONS = {
+    "rebase-apply/applying": ("a `git am` in progress (half-applied series?)", "`git am --abort`"),
+    "rebase-apply": ("a rebase in progress", "`git rebase --abort`"),
+    "rebase-merge": ("a rebase in progress", "`git rebase --abort`"),
+    "MERGE_HEAD": ("a merge in progress", "`git merge --abort`"),
+    "CHERRY_PICK_HEAD": ("a cherry-pick in progress", "`git cherry-pick --abort`"),
+    "REVERT_HEAD": ("a revert in progress", "`git revert --abort`"),
+    "BISECT_LOG": (
+        "a bisect in progress (its next `git bisect good/bad` would judge the overlay's commits)",
+        "`git bisect reset`",
+    ),
+}
 
 
 def operation_in_progress(repo: Path) -> str | None:
-    """The file of the half-finished git operation (OPERATION_FILES), or None."""
+    """The file of the half-finished git operation (GIT_OPERATIONS), or None."""
     gd = git_dir(repo)
-    return next((name for name in OPERATION_FILES if (gd / name).exists()), None)
+    return next((name for name in GIT_OPERATIONS if (gd / name).exists()), None)
 
 
 def changed_files(repo: Path) -> list[str]:
