@@ -2,7 +2,7 @@
 probe script or an upstream test file in a subprocess, checking an installed RECORD.
 
 Only the standard library and pytest are used here, so every venv of the project can
-import this file (see docs/DESIGN.md).
+import this file.
 """
 
 from __future__ import annotations
