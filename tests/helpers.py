@@ -189,9 +189,9 @@ def run_pytest(
 
 def check_pytest_run(run: PytestRun, outcomes: dict[str, str]) -> None:
     """Each test's outcome is as expected, and the exit code is pytest's for them: 1 where a test
-    failed, else 0."""
+    failed or erred, else 0."""
     assert run.outcomes == outcomes, run.output[-6000:]
-    assert run.returncode == (1 if "failed" in outcomes.values() else 0), run.output[-6000:]
+    assert run.returncode == (1 if {"failed", "error"} & set(outcomes.values()) else 0), run.output[-6000:]
 
 
 def check_in_patch_test(package_root: Path, target: str, rel: str, cwd: Path, outcomes: dict[str, str]) -> None:
