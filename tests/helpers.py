@@ -2,7 +2,7 @@
 probe script or an upstream test file in a subprocess, checking an installed RECORD.
 
 Only the standard library and pytest are used here, so every venv of the project can
-import this file (see docs/DESIGN.md).
+import this file.
 """
 
 from __future__ import annotations
@@ -15,9 +15,12 @@ import os
 import subprocess
 import sys
 import tarfile
+import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -126,30 +129,71 @@ def check_record(root: Path, dist_info: Path) -> int:
     return checked
 
 
+@dataclass(frozen=True)
+class PytestRun:
+    """One pytest subprocess: its exit code and output, each test's outcome by id ("passed",
+    "failed", "error", "skipped"), and the report's text of each failed or erred test."""
+
+    returncode: int
+    output: str
+    outcomes: dict[str, str]
+    failures: dict[str, str]
+
+
+def read_junit(xml: Path, test_file: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """Outcomes and failure texts by test id from pytest's --junitxml report. The id is the test's
+    name, after its class (`TestX::test_y`) where it has one: junit's classname is a dotted path
+    whose module part depends on the rootdir, so it is cut at the file's stem."""
+    outcomes, failures = {}, {}
+    for case in ElementTree.parse(xml).getroot().iter("testcase"):
+        owner = case.get("classname", "").rpartition(test_file.stem)[2].lstrip(".")
+        test_id = f"{owner}::{case.get('name')}" if owner else case.get("name")
+        outcomes[test_id] = "passed"
+        for kind, outcome in (("skipped", "skipped"), ("error", "error"), ("failure", "failed")):
+            if (element := case.find(kind)) is not None:
+                outcomes[test_id] = outcome
+                if kind != "skipped":
+                    failures[test_id] = f"{element.get('message', '')}\n{element.text or ''}"
+    return outcomes, failures
+
+
 def run_pytest(
-    package_roots: list[Path], test_file: Path, cwd: Path, plugins: tuple[str, ...] = ()
-) -> subprocess.CompletedProcess:
-    """Run one upstream test file with pytest in a subprocess, `package_roots` first on
-    PYTHONPATH (the stock or patched package, plus any CPU stand-ins)."""
+    package_roots: list[Path],
+    test_file: Path,
+    cwd: Path,
+    plugins: tuple[str, ...] = (),
+    extra_env: dict[str, str] | None = None,
+) -> PytestRun:
+    """Run one test file with pytest in a subprocess, `package_roots` first on PYTHONPATH (the
+    stock or patched package, plus any CPU stand-ins); each test's outcome from its junit report."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(str(r) for r in package_roots)
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    for plugin in plugins:
-        args += ["-p", plugin]
-    return subprocess.run(
-        [*args, "--rootdir", str(cwd), str(test_file)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=1200,
-    )
+    env.update(extra_env or {})
+    with tempfile.TemporaryDirectory() as tmp:
+        xml = Path(tmp) / "junit.xml"
+        args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}"]
+        for plugin in plugins:
+            args += ["-p", plugin]
+        proc = subprocess.run(
+            [*args, "--rootdir", str(cwd), str(test_file)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=cwd,
+            timeout=1200,
+        )
+        output = proc.stdout + proc.stderr
+        assert xml.is_file(), f"pytest wrote no report (exit {proc.returncode}):\n{output[-6000:]}"
+        return PytestRun(proc.returncode, output, *read_junit(xml, test_file))
 
 
-def check_in_patch_test(package_root: Path, target: str, rel: str, cwd: Path, summary: str) -> None:
-    """Run a patch's own test file against one package; it must end with `summary` (e.g. "2 passed,
-    1 skipped"), exit 0 when nothing failed and 1 otherwise."""
-    proc = run_pytest([package_root], in_patch_test(target, rel), cwd)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == (1 if "failed" in summary else 0), out[-6000:]
-    assert summary in out, out[-3000:]
+def check_pytest_run(run: PytestRun, outcomes: dict[str, str]) -> None:
+    """Each test's outcome is as expected, and the exit code is pytest's for them: 1 where a test
+    failed or erred, else 0."""
+    assert run.outcomes == outcomes, run.output[-6000:]
+    assert run.returncode == (1 if {"failed", "error"} & set(outcomes.values()) else 0), run.output[-6000:]
+
+
+def check_in_patch_test(package_root: Path, target: str, rel: str, cwd: Path, outcomes: dict[str, str]) -> None:
+    """Run a patch's own test file against one package: each test's outcome is as expected."""
+    check_pytest_run(run_pytest([package_root], in_patch_test(target, rel), cwd), outcomes)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,7 +28,7 @@ torch = pytest.importorskip("torch")
 import copy_ext  # noqa: E402
 import kernel_patch as kp  # noqa: E402
 
-from helpers import tree_dir  # noqa: E402
+from helpers import check_pytest_run, run_pytest, tree_dir  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(),
@@ -90,23 +89,14 @@ def test_upstream_test_file_passes(post, build_dir, tmp_path):
     (shim / "elementwise.py").write_text(SHIM_ELEMENTWISE)
     source = tmp_path / "copy.cu"
     source.write_bytes(kp.image("new", kp.COPY_CU))
-    env = dict(
-        os.environ,
-        PYTHONPATH=str(shim.parent),
-        COPY_EXT_DIR=str(Path(copy_ext.__file__).parent),
-        COPY_EXT_SOURCE=str(source),
-        COPY_EXT_BUILD=str(build_dir),
-    )
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(work / kp.TEST_COPY)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    assert " passed" in proc.stdout and "failed" not in proc.stdout, proc.stdout[-2000:]
+    env = {
+        "COPY_EXT_DIR": str(Path(copy_ext.__file__).parent),
+        "COPY_EXT_SOURCE": str(source),
+        "COPY_EXT_BUILD": str(build_dir),
+    }
+    run = run_pytest([shim.parent], work / kp.TEST_COPY, tmp_path, extra_env=env)
+    assert run.outcomes, run.output[-2000:]
+    check_pytest_run(run, dict.fromkeys(run.outcomes, "passed"))
 
 
 def test_every_length_matches_torch_copy(post):

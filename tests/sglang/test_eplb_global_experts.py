@@ -7,10 +7,14 @@ and every trivial one is right."""
 
 import pytest
 
-from helpers import in_patch_test, run_pytest, side_by_side
+from helpers import check_pytest_run, in_patch_test, run_pytest, side_by_side
 
 TARGET = "sglang"
 REL = "test/registered/unit/eplb/test_expert_location_global_experts.py"
+TESTS = (
+    "TestGlobalExpertRows::test_every_row_takes_the_expert_it_holds",
+    "TestGlobalExpertRows::test_rows_of_a_placement_file",
+)
 
 
 @pytest.fixture(scope="module")
@@ -26,12 +30,12 @@ def runs(stock_root, patched_root, tmp_path_factory):
 
 
 def test_in_patch_test_passes_on_patched(runs):
-    proc = runs["patched"]
-    assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout[-3000:]
+    check_pytest_run(runs["patched"], dict.fromkeys(TESTS, "passed"))
 
 
 def test_in_patch_test_fails_on_stock(runs):
-    proc = runs["stock"]
-    assert proc.returncode == 1 and "2 failed" in proc.stdout, proc.stdout[-3000:]
-    assert "144 of 168 placements write a global row with another expert" in proc.stdout, proc.stdout[-3000:]
-    assert "[[0, 4], [1, 5], [2], [3]] != [[1, 5], [3], [0, 4], [2]]" in proc.stdout, proc.stdout[-3000:]
+    run = runs["stock"]
+    check_pytest_run(run, dict.fromkeys(TESTS, "failed"))
+    grid, placement_file = (run.failures[t] for t in TESTS)
+    assert "144 of 168 placements write a global row with another expert" in grid, grid[-3000:]
+    assert "[[0, 4], [1, 5], [2], [3]] != [[1, 5], [3], [0, 4], [2]]" in placement_file, placement_file[-3000:]

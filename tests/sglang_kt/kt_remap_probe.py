@@ -765,5 +765,37 @@ def decode_slots(w13, w2):
     return {"num_slots": int(w13.shape[0]), "shard_rows": half, "slots": slots}
 
 
+# ---------------------------------------------------------------- reading the results
+
+
+def physical_map(res, cfg):
+    """physical -> logical for the layer (identity under none/trivial)."""
+    return res["physical_to_logical"] or list(range(cfg["num_routed_experts"]))
+
+
+def reachable_slots(res, cfg):
+    """(slot, logical expert it must hold) for every GPU slot that routing reaches on
+    this rank: local ids below the rank's routed count, in slot order."""
+    local = cfg["num_routed_experts"] // cfg.get("ep_size", 1)
+    offset = cfg.get("ep_rank", 0) * local
+    p2l = physical_map(res, cfg)
+    ids = [e for e in res["gpu_index_to_logical"] if e < local]
+    return [(k, p2l[offset + e]) for k, e in enumerate(ids)]
+
+
+def held(slot):
+    parts = [slot["w1"], slot["w3"], slot["w2"]]
+    experts = {p[0] if isinstance(p, list) else f"bad:{p}" for p in parts}
+    return experts.pop() if len(experts) == 1 else f"mixed:{parts}"
+
+
+def wrong_weight_slots(res, cfg):
+    """How many reachable slots hold another expert (all of them when loading raised)."""
+    want = reachable_slots(res, cfg)
+    if "error" in res:
+        return len(want)
+    return sum(held(res["slots"][k]) != e for k, e in want)
+
+
 if __name__ == "__main__":
     main()

@@ -66,7 +66,7 @@ from pathlib import Path
 import pytest
 from kt_remap_probe import explicit_masks, nvfp4_input_scale, nvfp4_weight_scale_2, resolve_layer_id
 
-from helpers import REPO_ROOT, in_patch_test, run_probe, run_pytest, side_by_side
+from helpers import REPO_ROOT, check_pytest_run, in_patch_test, run_probe, run_pytest, side_by_side
 
 HERE = Path(__file__).resolve().parent
 PROBE = HERE / "kt_remap_probe.py"
@@ -533,16 +533,42 @@ def _run_upstream_test(root, test_file, stock=False):
     return run_pytest([root], test_file, test_file.parent)
 
 
+# Each test's outcome on stock; all pass patched. Stock passes where no remap is needed (a prefix
+# placement, the fused loader's stand-ins, a full layer that loads every tensor) and fails the rest.
+UPSTREAM_STOCK = {
+    f"TestFusedMoEKTWeightLoader::{name}": outcome
+    for name, outcome in {
+        "test_eplb_needs_every_local_expert_on_the_gpu": "failed",
+        "test_full_gpu_prefill_accepted_where_apply_never_takes_it": "failed",
+        "test_full_gpu_prefill_accepted_where_the_full_layer_loads_all": "passed",
+        "test_full_gpu_prefill_with_unloaded_checkpoint_params_is_refused": "failed",
+        "test_fused_shared_expert_is_not_loaded_to_gpu_slots": "failed",
+        "test_import_stand_ins_are_restored": "passed",
+        "test_layouts_that_loaded_right_take_the_tensor_as_it_comes": "failed",
+        "test_map_kt_gpu_expert_id": "failed",
+        "test_mxfp4_all_experts_branch_follows_the_expert_map": "failed",
+        "test_non_prefix_placement_both_paths": "failed",
+        "test_prefix_placement_is_identity": "passed",
+        "test_require_global_experts_params_in_slot_order": "failed",
+        "test_require_global_experts_rows_follow_the_expert_map": "failed",
+        "test_tensor_parallel_shard": "failed",
+        "test_weight_loader_fused": "failed",
+        "test_weight_loader_fused_expert_parallel": "failed",
+        "test_weight_loader_fused_follows_the_expert_map": "failed",
+    }.items()
+}
+
+
 def test_upstream_unit_test_passes_on_patched(patched_root):
     test_file = in_patch_test(TARGET, UPSTREAM_TEST)
-    proc = _run_upstream_test(patched_root(TARGET), test_file)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    assert " passed" in proc.stdout and "failed" not in proc.stdout
+    check_pytest_run(_run_upstream_test(patched_root(TARGET), test_file), dict.fromkeys(UPSTREAM_STOCK, "passed"))
 
 
 def test_upstream_unit_test_fails_on_stock(stock_root):
     test_file = in_patch_test(TARGET, UPSTREAM_TEST)
-    proc = _run_upstream_test(stock_root(TARGET), test_file, stock=True)
-    assert proc.returncode == 1, proc.stdout[-4000:] + proc.stderr[-4000:]
-    assert "test_non_prefix_placement_both_paths" in proc.stdout
-    assert "has no attribute '_map_kt_gpu_expert_id'" in proc.stdout
+    run = _run_upstream_test(stock_root(TARGET), test_file, stock=True)
+    check_pytest_run(run, UPSTREAM_STOCK)
+    slots = run.failures["TestFusedMoEKTWeightLoader::test_non_prefix_placement_both_paths"]
+    assert "slot 0 w13 does not hold expert 1" in slots, slots[-3000:]
+    remap = run.failures["TestFusedMoEKTWeightLoader::test_map_kt_gpu_expert_id"]
+    assert "has no attribute '_map_kt_gpu_expert_id'" in remap, remap[-3000:]

@@ -1,20 +1,13 @@
-"""docs/DESIGN.md's map of the tool is the code's: one row per module of python/sgl_overlay (its subpackages'
-modules by their own names), each module importing only modules below its row, and each "called by" cell exactly
-the modules that import it; and the subpackages' layers point one way: `engine` imports neither `builds` nor
-`maint`, `builds` does not import `maint`."""
+"""python/sgl_overlay's imports: no cycle, and the subpackages' layers point one way: `engine` imports neither
+`builds` nor `maint`, `builds` does not import `maint` (docs/DESIGN.md)."""
 
 from __future__ import annotations
 
 import ast
-import re
 from pathlib import Path
-
-import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "python" / "sgl_overlay"
-DESIGN = REPO / "docs" / "DESIGN.md"
-ANY_ABOVE = "any module above"
 
 
 SUBPACKAGES = ("engine", "builds", "maint")  # each may import only those before it
@@ -84,44 +77,6 @@ def cycle(graph: dict[str, set[str]]) -> list[str]:
     return next((found for mod in sorted(graph) if (found := walk(mod, []))), [])
 
 
-def parse_map(text: str) -> list[tuple[str, set[str] | None]]:
-    """The map's rows in order: (module, its callers), callers None for "any module above"."""
-    section = text.split("## Map of the tool", 1)[1].split("\n## ", 1)[0]
-    rows = []
-    for line in section.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 3 or cells[0] in ("module", "---"):
-            continue
-        names = re.findall(r"`([^`]+)`", cells[0])
-        assert len(names) == 1, f"the map has one module per row, not {cells[0]}"
-        name = names[0]
-        rows.append((name, None if cells[2] == ANY_ABOVE else set(re.findall(r"`([^`]+)`", cells[2]))))
-    return rows
-
-
-def check_map(rows: list[tuple[str, set[str] | None]], graph: dict[str, set[str]]) -> list[str]:
-    """Every way the map is not the code: a module missing or listed twice or unknown, an import of a module
-    that is not below, a "called by" cell that is not exactly the importers."""
-    order = [name for name, _ in rows]
-    problems = [f"{m} is not in the map" for m in sorted(graph.keys() - set(order))]
-    problems += [f"{m} is in the map but not in the package" for m in sorted(set(order) - graph.keys())]
-    problems += [f"{m} has two rows" for m in sorted({m for m in order if order.count(m) > 1})]
-    if problems:
-        return problems
-    rank = {name: i for i, name in enumerate(order)}
-    for mod, deps in sorted(graph.items()):
-        problems += [f"{mod} imports {d}, which is not below it" for d in sorted(deps) if rank[d] <= rank[mod]]
-    for name, callers in rows:
-        importers = {m for m, deps in graph.items() if name in deps}
-        if callers is not None and callers != importers:
-            problems.append(f"{name} is called by {sorted(importers)}, the map says {sorted(callers)}")
-    return problems
-
-
-def test_the_map_is_the_code():
-    assert check_map(parse_map(DESIGN.read_text()), import_graph()) == []
-
-
 def test_no_import_cycle():
     """No module reaches itself through its imports, a type checker's (`if TYPE_CHECKING:`) included: a cycle
     of types alone is one that a run-time import turns into an import that fails."""
@@ -173,33 +128,3 @@ def test_the_import_graph_is_read_right():
     )
     assert imports(source, known) == {"__init__", "states", "gitutil", "errors", "tree"}
     assert imports(source, known, typing=True) == {"__init__", "states", "gitutil", "errors", "tree", "cli"}
-
-
-ROWS = [("cli", {"__main__"}), ("__main__", set()), ("wording", {"cli"}), ("errors", None)]
-GRAPH = {"__main__": {"cli"}, "cli": {"wording", "errors"}, "wording": {"errors"}, "errors": set()}
-
-
-@pytest.mark.parametrize(
-    ("rows", "graph", "problem"),
-    [
-        (ROWS[1:], {**GRAPH, "__main__": set()}, "cli is not in the map"),
-        (ROWS + [("old", set())], GRAPH, "old is in the map but not in the package"),
-        (ROWS, GRAPH, "__main__ imports cli, which is not below it"),
-        (
-            [ROWS[1], ROWS[0], ROWS[2], ("errors", {"cli"})],
-            GRAPH,
-            "errors is called by ['cli', 'wording'], the map says ['cli']",
-        ),
-        (
-            [ROWS[1], ROWS[0], ("wording", {"cli", "matrix"}), ROWS[3]],
-            GRAPH,
-            "wording is called by ['cli'], the map says",
-        ),
-    ],
-    ids=["module-missing", "module-gone", "not-below", "callers-stale", "caller-gone"],
-)
-def test_a_drifted_map_is_named(rows, graph, problem):
-    """The check names each way a map can drift from the code (here on a small made-up package)."""
-    found = check_map(rows, graph)
-    assert any(p.startswith(problem) for p in found), found
-    assert check_map([ROWS[1], ROWS[0], ROWS[2], ROWS[3]], GRAPH) == []
