@@ -92,7 +92,8 @@ def caller(tree: str, rev: str):
     """copy_list_to_gpu_no_ce of one tree's deep_gemm.py, in a module with the module-level
     functions and constants it uses (the decorated ones with their decorators)."""
     src = git_show(tree, rev, DEEP_GEMM).decode()
-    defs = {name: n for n in ast.parse(src).body for name in _top_level_names(n)}
+    body = ast.parse(src).body
+    defs = {name: n for n in body for name in _top_level_names(n)}
     wanted, todo = [], ["copy_list_to_gpu_no_ce"]
     while todo:
         node = defs[todo.pop()]
@@ -108,15 +109,15 @@ def caller(tree: str, rev: str):
     # the module's own imports of the standard library and torch (the rest is sglang's)
     imports = [
         ast.get_source_segment(src, n)
-        for n in ast.parse(src).body
+        for n in body
         if isinstance(n, ast.Import | ast.ImportFrom)
         and (n.module or "" if isinstance(n, ast.ImportFrom) else n.names[0].name).split(".")[0]
         in (sys.stdlib_module_names - {"__future__"}) | {"torch"}
     ]
     module = types.ModuleType(f"caller_{tree}_{rev}")
-    code = "\n".join(imports) + "\n\n\n" + "\n\n\n".join(segments)
-    exec(compile(code, f"{tree}@{rev}:{DEEP_GEMM}", "exec"), module.__dict__)
-    return module.copy_list_to_gpu_no_ce, "\n\n\n".join(segments)
+    text = "\n\n\n".join(segments)
+    exec(compile("\n".join(imports) + "\n\n\n" + text, f"{tree}@{rev}:{DEEP_GEMM}", "exec"), module.__dict__)
+    return module.copy_list_to_gpu_no_ce, text
 
 
 class SglKernel:

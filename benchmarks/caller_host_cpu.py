@@ -4,8 +4,9 @@
 caller_bench.py measures the callers on a GPU, real kernels included. This measures what the
 callers add around the op, where no GPU is at hand: stock's caller (build/trees `upstream`) over
 a stand-in op with every length (the kernel fix) and the patched caller (`HEAD`) over a stand-in
-op with the released lengths (32/64/72; the KT fork's 64/72), each stand-in only checking the
-lengths, as caller_bench.py cuts the callers out of deep_gemm.py. CPU seconds of this process
+op with the released lengths (32/64/72; the KT fork's 64/72): tests/copy_list_probe.py's
+`released_op`, the kernel's checks and a CPU copy, over the callers as caller_bench.py cuts them
+out of deep_gemm.py. CPU seconds of this process
 (time.process_time: another process's load does not count), the least of --blocks blocks of
 --calls calls, per N. A GPU call adds the op's own host cost once per launch (caller_bench.py's
 "post-image op alone").
@@ -19,23 +20,15 @@ import json
 import platform
 import sys
 import time
-import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "benchmarks")]
+sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "tests")]
 import caller_bench  # noqa: E402
 
+from copy_list_probe import released_op  # noqa: E402
+
 NS = (16, 17, 32, 64, 72, 73, 128, 256, 512)
-
-
-def stand_in(lengths, launches: list):
-    def copy_to_gpu_no_ce(src, dst):
-        if src.numel() not in lengths or dst.numel() != src.numel():
-            raise RuntimeError("unexpected N")
-        launches.append(src.numel())
-
-    return copy_to_gpu_no_ce
 
 
 def main(argv=None) -> int:
@@ -46,26 +39,23 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import torch
 
-    elementwise = types.ModuleType("sgl_kernel.elementwise")
-    package = types.ModuleType("sgl_kernel")
-    package.elementwise = elementwise
-    sys.modules.update({"sgl_kernel": package, "sgl_kernel.elementwise": elementwise})
+    sk = caller_bench.SglKernel()
     empty_like = torch.empty_like
     torch.empty_like = lambda t, device=None: empty_like(t)  # no CUDA here: outputs on the CPU
     launches: list = []
-    every = stand_in(set(range(1, 513)), launches)
+    every = released_op("every", launches)
     report = {"machine": platform.processor() or platform.machine(), "torch": torch.__version__, "rows": {}}
     for tree, released in (("sglang", (32, 64, 72)), ("sglang-kt", (64, 72))):
         stock, patched = (caller_bench.caller(tree, rev)[0] for rev in ("upstream", "HEAD"))
         methods = {
             "stock caller, every length": (stock, every),
-            "patched caller, released": (patched, stand_in(set(released), launches)),
+            "patched caller, released": (patched, released_op(released, launches)),
         }
         for n in NS:
             values = list(range(n))
             row = {}
             for name, (fn, op) in methods.items():
-                elementwise.copy_to_gpu_no_ce = op
+                sk.use(op)
                 fn(values)
                 launches.clear()
                 fn(values)
