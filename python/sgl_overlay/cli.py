@@ -62,8 +62,7 @@ class Context:
         result = []
         for target in self.manifest.select(args.target):
             path = self.trees / target.name
-            if not tree.is_ready(path, target):
-                raise OverlayError(f"no tree for {target.name} at {path}; run `sgl-overlay fetch` first")
+            tree.require_ready(path, target)
             result.append(detect(path, self.manifest, read=self.series))
         return result
 

@@ -69,10 +69,10 @@ def is_ready(dest: Path, target: Target) -> bool:
     )
 
 
-def require_patched(dest: Path, target: Target) -> None:
-    """Refuse a target whose laid-out and patched tree is not at `dest` (what export and prs read)."""
+def require_ready(dest: Path, target: Target, first: str = "`sgl-overlay fetch`") -> None:
+    """Refuse a target whose laid-out tree is not at `dest`, naming what to run `first`."""
     if not is_ready(dest, target):
-        raise OverlayError(f"no tree for {target.name} at {dest}; run `sgl-overlay fetch` and `apply` first")
+        raise OverlayError(f"no tree for {target.name} at {dest}; run {first} first")
 
 
 def no_op(patch: str, target: str, tree: str) -> str:

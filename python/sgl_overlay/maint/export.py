@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sgl_overlay.builds.tree import BASE_TAG, base_commit, require_patched
+from sgl_overlay.builds.tree import BASE_TAG, base_commit, require_ready
 from sgl_overlay.engine import gitutil, scratch
 from sgl_overlay.engine.manifest import Target
 from sgl_overlay.engine.series import (
@@ -48,7 +48,7 @@ def export_series(target: Target, tree: Path) -> list[tuple[Path, bool]]:
 
     Every file is the mbox `git format-patch` writes (full blob ids; full context for sgl-kernel), by no author,
     ending with the `base-commit:` of the series (tree.base_commit), as `--base` writes it."""
-    require_patched(tree, target)
+    require_ready(tree, target, "`sgl-overlay fetch` and `apply`")
     with scratch.folder("export") as tmp:
         head, tip = gitutil.head(tree), _as_laid_out(tree)
         args = ["format-patch", "-q", "--full-index", "--no-signature", "-o", tmp]

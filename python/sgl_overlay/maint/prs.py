@@ -12,7 +12,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from sgl_overlay.builds.tree import BASE_TAG, require_patched
+from sgl_overlay.builds.tree import BASE_TAG, require_ready
 from sgl_overlay.builds.verify import require_verified
 from sgl_overlay.engine import gitutil, scratch
 from sgl_overlay.engine.checkout import MOVES, Placement, repo_name
@@ -164,7 +164,7 @@ def upstream_commits(target: Target, tree: Path, by: Sender) -> list[str]:
     """The series of a verified laid-out tree as new commits (objects only) with upstream's messages, authored
     and committed `by` the sender: each tree and its dates kept, the overlay's trailers dropped. In series
     order."""
-    require_patched(tree, target)
+    require_ready(tree, target, "`sgl-overlay fetch` and `apply`")
     require_verified(tree, Series.read(target))
     parent = gitutil.out(tree, "rev-parse", f"{BASE_TAG}^{{commit}}")
     made = []
