@@ -210,7 +210,7 @@ def cmd_doctor(args: argparse.Namespace, ctx: Context) -> int:
     Installed files against the post-image blobs, the installed sgl_kernel's lengths beside what the DeepGEMM
     runner sends, a live N=16 copy on a GPU; prints the command that fixes what is missing."""
     dist = (args.dist or doctor.default_dist(ctx.root)).resolve()
-    report = doctor.doctor(ctx.manifest, args.python, dist, not args.no_live, args.site)
+    report = doctor.doctor(ctx.manifest, ctx.series_of, args.python, dist, not args.no_live, args.site)
     print("\n".join(doctor.report_lines(report)))
     return 0 if report.ok else 1
 

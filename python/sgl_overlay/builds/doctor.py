@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -265,7 +266,12 @@ def _blob(blob: str | None) -> str:
 
 
 def doctor(
-    manifest: Manifest, python: str, dist_dir: Path, live: bool = True, site: Path | None = None
+    manifest: Manifest,
+    series_of: Callable[[Target], Series],
+    python: str,
+    dist_dir: Path,
+    live: bool = True,
+    site: Path | None = None,
 ) -> DoctorReport:
     if site is not None and not site.is_dir():
         raise UsageError(f"--site {site} is not a folder; pass the DIR of `pip install --target DIR`")
@@ -279,7 +285,7 @@ def doctor(
         info = data["dists"].get(target.dist_name)
         if info is not None:
             installed.append((target.dist_name, info["version"], info["root"]))
-            series = Series.read(target)
+            series = series_of(target)
             findings += check_python_target(manifest, series, info, dist_dir, version)
             if runner is None:
                 runner = runner_finding(manifest, series, info, dist_dir, version)
