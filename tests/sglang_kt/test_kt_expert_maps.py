@@ -35,12 +35,12 @@ import json
 from pathlib import Path
 
 import pytest
-from kt_remap_probe import held, physical_map, reachable_slots, wrong_weight_slots
+from kt_layer import held, physical_map, reachable_slots, wrong_weight_slots
 
 from helpers import check_pytest_run, in_patch_test, run_probe, run_pytest, side_by_side
 
 HERE = Path(__file__).resolve().parent
-PROBE = HERE / "kt_remap_probe.py"
+PROBE = HERE / "kt_layer.py"
 EPLB_REBALANCE = HERE / "eplb_rebalance.py"
 TARGET = "sglang-kt"
 E = 8

@@ -64,12 +64,12 @@ import math
 from pathlib import Path
 
 import pytest
-from kt_remap_probe import explicit_masks, nvfp4_input_scale, nvfp4_weight_scale_2, resolve_layer_id
+from kt_layer import explicit_masks, nvfp4_input_scale, nvfp4_weight_scale_2, resolve_layer_id
 
 from helpers import REPO_ROOT, check_pytest_run, in_patch_test, run_probe, run_pytest, side_by_side
 
 HERE = Path(__file__).resolve().parent
-PROBE = HERE / "kt_remap_probe.py"
+PROBE = HERE / "kt_layer.py"
 TARGET = "sglang-kt"
 UPSTREAM_TEST = Path("test/registered/unit/layers/moe/test_fused_moe_kt_weight_loader.py")
 

@@ -2,7 +2,7 @@
 of sglang-kt (with the real KTEPWrapperMethod around the real GPU quant method) and
 report what every GPU weight slot ended up holding.
 
-Usage: python kt_remap_probe.py '<json list of case configs>'   (PYTHONPATH: the
+Usage: python kt_layer.py '<json list of case configs>'   (PYTHONPATH: the
 sglang root first). Prints one JSON list (one result per case) on its last line. See
 test_kt_gpu_expert_remap.py for the config keys and for which pieces are stand-ins
 (kt_native_stubs/). Importing this module has no side effects beyond torch: the
