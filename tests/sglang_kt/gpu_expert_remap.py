@@ -69,7 +69,7 @@ from pathlib import Path
 
 import kt_layer
 import pytest
-from kt_layer import explicit_masks, nvfp4_input_scale, nvfp4_weight_scale_2, resolve_layer_id
+from kt_layer import explicit_masks, nvfp4_input_scale, nvfp4_weight_scale_2, resolve_layer_id, whole_slots
 
 from helpers import per_tree
 
@@ -244,11 +244,6 @@ def assert_correct(res):
     assert slot_experts(res) == expected_global(res)
 
 
-def whole(experts):
-    """The slots of decode_slots() that hold these experts' whole shards, one each."""
-    return [{"w1": [e, 0], "w3": [e, 0], "w2": [e, 0]} for e in experts]
-
-
 def loaded(res):
     """What the GPU slots hold, or the loader's error."""
     return res["error"] if "error" in res else slot_experts(res)
@@ -337,7 +332,7 @@ def test_prefix_strategies_unchanged(results, strategy):
         assert res["mask_is_prefix"]
         assert res["gpu_index_to_logical"] == list(range(PREFIX[strategy]))
         assert_correct(res)
-        assert res["slots"] == whole(range(PREFIX[strategy]))
+        assert res["slots"] == whole_slots(range(PREFIX[strategy]))
 
 
 # ---------------------------------------------------------------- parallelism

@@ -25,7 +25,7 @@ right when:
   slots a rebalance moves right (the real ``ExpertLocationUpdater`` on 2 EP ranks:
   test_kt_expert_maps.py::test_eplb_rebalance_on_stock);
 - no flag: the placement loads (the loaders' slot contents under every map are
-  test_kt_gpu_expert_remap.py's and test_kt_expert_maps.py's cases).
+  gpu_expert_remap.py's and expert_maps.py's cases).
 
 Stand-ins beyond kt_layer.py's: ``is_blackwell_supported`` -> True (NVFP4); ``Tensor.cuda()``
 stays on the CPU. The wrapped method's own ``process_weights_after_loading`` is replaced by a
