@@ -303,10 +303,11 @@ def test_small_mask(results):
 NON_PREFIX = {"random": [0, 2, 5, 6, 7, 9, 12], "frequency": [2, 6, 7, 12]}
 
 
-def assert_slot_k_holds_expert_k_on_stock(none, trivial):
+def assert_path_without_metadata(none, trivial):
     """Without metadata stock leaves logical expert k in slot k, not gpu_index_to_logical[k], so its
     two paths differ; patched, they give identical slot contents."""
     gpu_experts = none["gpu_index_to_logical"]
+    assert none["num_slots"] == none["num_gpu_experts"] == len(gpu_experts)
     assert slot_experts(none) == per_tree(stock=list(range(len(gpu_experts))), patched=gpu_experts)
     assert (none["slots"] == trivial["slots"]) is per_tree(stock=False, patched=True)
 
@@ -316,9 +317,8 @@ def test_non_prefix_strategies(results, strategy):
     none, trivial = (results[f"{strategy}/{path}"] for path in PATHS)
     assert not none["mask_is_prefix"], "strategy did not give a non-prefix mask"
     assert none["gpu_index_to_logical"] == trivial["gpu_index_to_logical"] == NON_PREFIX[strategy]
-    assert none["num_slots"] == none["num_gpu_experts"] == len(NON_PREFIX[strategy])
     assert_correct(trivial)
-    assert_slot_k_holds_expert_k_on_stock(none, trivial)
+    assert_path_without_metadata(none, trivial)
 
 
 PREFIX = {"uniform": 5, "front-loading": 16}  # GPU experts of the layer under test
@@ -350,7 +350,7 @@ def test_moe_tp_ranks(results, tp_rank):
         # Every slot holds this rank's shard: rows/cols [tp_rank*4, tp_rank*4+4).
         assert shard_starts(res) == {(tp_rank * inter_per_rank,) * 3}
     assert_correct(trivial)
-    assert_slot_k_holds_expert_k_on_stock(none, trivial)
+    assert_path_without_metadata(none, trivial)
 
 
 def test_ep_rank_local_range(results):
@@ -390,10 +390,8 @@ def test_fused_shared_expert_inside_the_mask_with_ep(results):
 
 
 def test_explicit_mask_with_auto_layer(results):
-    for path in PATHS:
-        assert (
-            results[f"explicit_auto_layer/{path}"]["layer_id"] == 1
-        )  # the first MoE layer (first_k_dense_replace = 1)
+    for path in PATHS:  # the first MoE layer (first_k_dense_replace = 1)
+        assert results[f"explicit_auto_layer/{path}"]["layer_id"] == 1
     assert slot_experts(results["explicit_auto_layer/trivial"]) == [2, 5]
     assert slot_experts(results["explicit_auto_layer/none"]) == per_tree(stock=[0, 1], patched=[2, 5])
 
@@ -407,7 +405,7 @@ def test_frequency_without_a_file_is_not_a_prefix(results):
     assert none["gpu_experts_per_layer"] == [16, 0, 12, 0]
     assert none["gpu_index_to_logical"] == [1, 2, 3, 4, 8, 9, 10, 11, 12, 13, 14, 15]
     assert_correct(trivial)
-    assert_slot_k_holds_expert_k_on_stock(none, trivial)
+    assert_path_without_metadata(none, trivial)
 
 
 def test_every_weight_case_is_correct(results):
@@ -526,7 +524,7 @@ def test_nvfp4_input_scale_rows_in_slot_order(results):
         assert res["loaded_w2_weight_scale_2"][:n] == [nvfp4_weight_scale_2(e, "w2") for e in (1, 4, 6)]
 
 
-def test_nvfp4_per_tree(results):
+def test_nvfp4_without_metadata_and_the_cpu_expert_rows(results):
     """Stock: without metadata slot k holds expert k (scales and weights alike); with metadata the
     per-slot pairs are right but the CPU experts' input-scale rows stay unwritten, and the branches
     that take a max over them get NaN. Patched: every slot its own expert's, every row written."""

@@ -14,6 +14,7 @@ HERE = Path(__file__).resolve().parent
 REMAP = HERE / "gpu_expert_remap.py"
 TARGET = "sglang-kt"
 UPSTREAM_TEST = Path("test/registered/unit/layers/moe/test_fused_moe_kt_weight_loader.py")
+NVFP4_BACKENDS = ("auto", "flashinfer_cutlass", "flashinfer_cutedsl")
 
 REMAP_TESTS = [
     "test_the_layer_is_the_real_one",
@@ -35,15 +36,12 @@ REMAP_TESTS = [
     "test_every_weight_case_is_correct",
     "test_weight_loader_fused",
     "test_mxfp4_all_experts_branch",
-    *(f"test_nvfp4_reference_layer[{b}]" for b in ("auto", "flashinfer_cutlass", "flashinfer_cutedsl")),
-    *(
-        f"test_nvfp4_slot_scales_are_the_slot_experts[{b}]"
-        for b in ("auto", "flashinfer_cutlass", "flashinfer_cutedsl")
-    ),
+    *(f"test_nvfp4_reference_layer[{b}]" for b in NVFP4_BACKENDS),
+    *(f"test_nvfp4_slot_scales_are_the_slot_experts[{b}]" for b in NVFP4_BACKENDS),
     "test_nvfp4_pairing_per_backend",
     "test_nvfp4_ep_rank_slot_scales",
     "test_nvfp4_input_scale_rows_in_slot_order",
-    "test_nvfp4_per_tree",
+    "test_nvfp4_without_metadata_and_the_cpu_expert_rows",
 ]
 # The tests stock fails, each with a fragment of its failure: without metadata slot k holds expert k
 # (weights and NVFP4 scales alike); with it, the NVFP4 branches that read every input-scale row read
@@ -74,10 +72,13 @@ def runs(stock_root, patched_root, tmp_path_factory):
 
 
 def test_patched_loads_every_slot_right(runs):
+    """Every slot holds the expert routing sends there, on every path and placement."""
     check_pytest_run(runs["patched"], dict.fromkeys(REMAP_TESTS, "passed"))
 
 
 def test_stock_loads_slots_wrong_where_the_patch_remaps(runs):
+    """Stock passes the tests that state its own slot contents and fails those of what the patch
+    makes right, each where it loads another expert (or reads unwritten scales)."""
     run = runs["stock"]
     check_pytest_run(run, {**dict.fromkeys(REMAP_TESTS, "passed"), **dict.fromkeys(STOCK_FAILS, "failed")})
     for test, fragment in STOCK_FAILS.items():
