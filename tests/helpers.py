@@ -187,6 +187,15 @@ def run_pytest(
         return PytestRun(proc.returncode, output, *read_junit(xml, test_file))
 
 
+TREE_ENV = "SGL_OVERLAY_TREE"
+
+
+def per_tree(stock: object, patched: object) -> object:
+    """In a test module a parent runs once per package (`run_pytest(..., extra_env={TREE_ENV: label})`):
+    the value expected on the package this run tests, so each test states both."""
+    return {"stock": stock, "patched": patched}[os.environ[TREE_ENV]]
+
+
 def check_pytest_run(run: PytestRun, outcomes: dict[str, str]) -> None:
     """Each test's outcome is as expected, and the exit code is pytest's for them: 1 where a test
     failed or erred, else 0."""

@@ -3,7 +3,7 @@ joined over torch.distributed gloo), through the fork's real ``ExpertLocationUpd
 (or, as the control, a plain) ``FusedMoE``. Not collected by the suite: test_kt_expert_maps.py
 runs it with the stock or the patched package first on PYTHONPATH.
 
-Each rank builds the layer as kt_remap_probe.py does (real FusedMoE, real KTEPWrapperMethod,
+Each rank builds the layer with kt_layer.py (real FusedMoE, real KTEPWrapperMethod,
 explicit GPU-expert mask, trivial expert-location metadata from the real
 ``ExpertLocationMetadata``), loads every expert, runs the layer's real
 ``process_weights_after_loading`` (the CPU-expert engine records the map it loads with), lists
@@ -14,7 +14,7 @@ computes from seeded counts.
 
 import sys
 
-import kt_remap_probe as probe
+import kt_layer
 import torch
 from gloo_ranks import run_ranks
 
@@ -56,15 +56,15 @@ def rebalance(rank, cfg):
     from sglang.srt.layers.moe.utils import filter_moe_weight_param_global_expert
 
     routed = cfg["num_routed_experts"]
-    probe.set_process_groups(1, 0, WORLD, rank)
-    server_args = probe.make_server_args(dict(cfg, ep_size=WORLD), NUM_LAYERS, 1, None)
-    probe.install_server_args(server_args)
+    kt_layer.set_process_groups(1, 0, WORLD, rank)
+    server_args = kt_layer.make_server_args(dict(cfg, ep_size=WORLD), NUM_LAYERS, 1, None)
+    kt_layer.install_server_args(server_args)
     if cfg.get("kt", True):
-        probe.install_explicit_masks(NUM_LAYERS, routed, cfg["gpu_experts"])
-    probe.install_trivial_metadata(server_args, routed, NUM_LAYERS, WORLD)
-    moe = probe.build_moe(dict(cfg, path="trivial"), LAYER)
-    probe.fill_sentinel(moe, probe.SENTINEL)
-    probe.load_experts(moe, cfg, LAYER)
+        kt_layer.install_explicit_masks(NUM_LAYERS, routed, cfg["gpu_experts"])
+    kt_layer.install_trivial_metadata(server_args, routed, NUM_LAYERS, WORLD)
+    moe = kt_layer.build_moe(dict(cfg, path="trivial"), LAYER)
+    kt_layer.fill_sentinel(moe, kt_layer.SENTINEL)
+    kt_layer.load_experts(moe, cfg, LAYER)
     moe.quant_method.process_weights_after_loading(moe)
     moved = [
         name
@@ -85,7 +85,7 @@ def rebalance(rank, cfg):
         physical_to_logical=get_global_expert_location_metadata().physical_to_logical_map_cpu[LAYER].tolist(),
         gpu_index_to_logical=None if kt is None else [int(i) for i in kt.gpu_index_to_logical],
         cpu_engine_maps=None if kt is None or kt.wrapper is None else kt.wrapper.loaded_maps,
-        **probe.decode_slots(moe.w13_weight.data, moe.w2_weight.data),
+        **kt_layer.decode_slots(moe.w13_weight.data, moe.w2_weight.data),
     )
 
 
@@ -93,7 +93,7 @@ def test_rebalance_leaves_kt_slots_on_the_old_map():
     """With a CPU expert or a slot that is no local expert in order, a rebalance leaves GPU slots
     and CPU experts on the old map. With every local expert on the GPU, slot k = local expert k,
     the slots follow the new map as the plain layer's do."""
-    sys.path.insert(0, str(probe.STUBS))
+    sys.path.insert(0, str(kt_layer.STUBS))
     import kt_cpu_stubs  # noqa: F401  (must precede sglang)
     import sglang.srt.layers.moe.fused_moe_triton.layer  # noqa: F401  (imported once, before the fork)
 
@@ -107,15 +107,15 @@ def test_rebalance_leaves_kt_slots_on_the_old_map():
     wrong_gpu = wrong_cpu = 0
     for rank in range(WORLD):
         kt_same, kt_more, plain, kt_all_local = result["ranks"][rank]["cases"]
-        assert [probe.held(s) for s in kt_all_local["slots"]] == [probe.held(s) for s in plain["slots"]]
+        assert [kt_layer.held(s) for s in kt_all_local["slots"]] == [kt_layer.held(s) for s in plain["slots"]]
         assert kt_all_local["moved"] == ["w13_weight", "w2_weight"]
         p2l = plain["physical_to_logical"]
         assert p2l != list(range(E)) and kt_same["physical_to_logical"] == p2l
         # The control: the plain layer's slots follow the new map.
-        assert [probe.held(s) for s in plain["slots"]] == p2l[4 * rank : 4 * rank + 4]
+        assert [kt_layer.held(s) for s in plain["slots"]] == p2l[4 * rank : 4 * rank + 4]
         assert kt_same["moved"] == ["w13_weight", "w2_weight"] and kt_more["moved"] == []
         for case, res in zip(CASES[:2], (kt_same, kt_more)):
-            wrong_gpu += probe.wrong_weight_slots(res, dict(case, ep_size=2, ep_rank=rank))
+            wrong_gpu += kt_layer.wrong_weight_slots(res, dict(case, ep_size=2, ep_rank=rank))
             # The CPU engine keeps the map it loaded with.
             assert res["cpu_engine_maps"] == [list(range(E))]
             local_cpu = [q for q in range(4 * rank, 4 * rank + 4) if q % 4 not in case["gpu_experts"]]

@@ -25,9 +25,9 @@ right when:
   slots a rebalance moves right (the real ``ExpertLocationUpdater`` on 2 EP ranks:
   test_kt_expert_maps.py::test_eplb_rebalance_on_stock);
 - no flag: the placement loads (the loaders' slot contents under every map are
-  test_kt_gpu_expert_remap.py's and test_kt_expert_maps.py's cases).
+  gpu_expert_remap.py's and expert_maps.py's cases).
 
-Stand-ins beyond kt_remap_probe's: ``is_blackwell_supported`` -> True (NVFP4); ``Tensor.cuda()``
+Stand-ins beyond kt_layer.py's: ``is_blackwell_supported`` -> True (NVFP4); ``Tensor.cuda()``
 stays on the CPU. The wrapped method's own ``process_weights_after_loading`` is replaced by a
 pass-through where it calls a GPU kernel or the device (per-tensor FP8 requantisation:
 ``sgl_per_tensor_quant_fp8``; INT4 Marlin repack; MXFP4 triton swizzle; NVFP4 block-scale swizzle);
@@ -37,7 +37,7 @@ reads (a branch that deletes it is test_fused_moe_kt_weight_loader's case).
 
 import sys
 
-import kt_remap_probe as probe
+import kt_layer
 import pytest
 import torch
 
@@ -133,7 +133,7 @@ def full_layer(moe, checkpoint_names):
     checkpoint parameter, whether every expert's row then holds that expert."""
     from sglang.srt.layers.moe import kt_ep_wrapper
 
-    ctx = probe.shared_full_context(moe)
+    ctx = kt_layer.shared_full_context(moe)
     ctx.close = lambda: None  # it made no host buffers; its gc.collect() per context is slow
     full = ctx.gpu_layer
     for p in ctx.original_params.values():
@@ -162,8 +162,8 @@ def run_case(cfg):
     from sglang.srt.layers.moe.fused_moe_triton import layer as layer_mod
 
     routed = 8
-    probe.set_process_groups(1, 0, cfg["ep_size"], cfg["ep_rank"])
-    server_args = probe.make_server_args(
+    kt_layer.set_process_groups(1, 0, cfg["ep_size"], cfg["ep_rank"])
+    server_args = kt_layer.make_server_args(
         dict(
             num_routed_experts=routed,
             strategy="explicit",
@@ -179,8 +179,8 @@ def run_case(cfg):
         1,
         None,
     )
-    probe.install_server_args(server_args)
-    probe.install_explicit_masks(NUM_LAYERS, routed, cfg["gpu_experts"])
+    kt_layer.install_server_args(server_args)
+    kt_layer.install_explicit_masks(NUM_LAYERS, routed, cfg["gpu_experts"])
     try:
         moe = layer_mod.FusedMoE(
             num_experts=routed,
@@ -300,7 +300,7 @@ def right(res, cfg):
 
 @pytest.fixture(scope="module")
 def grid():
-    sys.path.insert(0, str(probe.STUBS))
+    sys.path.insert(0, str(kt_layer.STUBS))
     import kt_cpu_stubs  # noqa: F401  (must precede sglang)
 
     kt_cpu_stubs.keep_cuda_copies_on_cpu()

@@ -1,18 +1,17 @@
-"""Probe: load distinct synthetic expert weights through the real FusedMoE.weight_loader
-of sglang-kt (with the real KTEPWrapperMethod around the real GPU quant method) and
-report what every GPU weight slot ended up holding.
-
-Usage: python kt_remap_probe.py '<json list of case configs>'   (PYTHONPATH: the
-sglang root first). Prints one JSON list (one result per case) on its last line. See
-test_kt_gpu_expert_remap.py for the config keys and for which pieces are stand-ins
-(kt_native_stubs/). Importing this module has no side effects beyond torch: the
-stand-ins are installed by main(), before sglang is imported.
+"""The real sglang-kt FusedMoE layer, built on a CPU-only machine: one case config -> the layer
+(with the real KTEPWrapperMethod around the real GPU quant method, or without KT as the
+reference), every expert loaded with distinct synthetic weights through its real weight_loader,
+and a description of what every GPU weight slot then holds (run_case). The test modules
+gpu_expert_remap.py (its cases show the config keys, its docstring the stand-ins), expert_maps.py,
+quant_grid.py and eplb_rebalance.py build their layers with it, in the pytest process their
+parent runs with the stock or the patched package first on PYTHONPATH. Importing this module
+has no side effects beyond torch: a test puts kt_native_stubs/ first on sys.path and imports
+kt_cpu_stubs before sglang is imported.
 """
 
 import json
 import math
 import os
-import sys
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -53,17 +52,10 @@ class FakeServerArgs(SimpleNamespace):
     """The ServerArgs fields FusedMoE and the KT wrapper read (plain values)."""
 
     def __getattr__(self, name):  # only reached for missing fields
-        raise AttributeError(f"FakeServerArgs has no field {name!r}; add it to the probe")
+        raise AttributeError(f"FakeServerArgs has no field {name!r}; add it to kt_layer.make_server_args")
 
     def get_hf_config(self):
         return self.hf_config
-
-
-def main():
-    sys.path.insert(0, str(STUBS))
-    import kt_cpu_stubs  # noqa: F401  (must precede sglang)
-
-    print(json.dumps([run_case(cfg) for cfg in json.loads(sys.argv[1])]))
 
 
 def run_case(cfg):
@@ -208,7 +200,7 @@ def make_server_args(cfg, num_layers, first_moe_layer, freq_file):
 
 
 def install_server_args(server_args):
-    """What the scheduler does before building the model, plus the probe's resets."""
+    """What the scheduler does before building the model, plus the resets that let one process build many layers."""
     import kt_cpu_stubs
     from sglang.srt.eplb import expert_location
     from sglang.srt.layers.moe import kt_ep_wrapper
@@ -224,7 +216,7 @@ def install_server_args(server_args):
 
 
 def explicit_masks(num_layers, num_experts, gpu_experts):
-    """Every layer's mask selects `gpu_experts` (the probe builds one layer of them)."""
+    """Every layer's mask selects `gpu_experts` (a case builds one layer of them)."""
     masks = torch.zeros(num_layers, num_experts, dtype=torch.bool)
     masks[:, gpu_experts] = True
     return masks
@@ -765,6 +757,11 @@ def decode_slots(w13, w2):
     return {"num_slots": int(w13.shape[0]), "shard_rows": half, "slots": slots}
 
 
+def whole_slots(experts):
+    """What decode_slots() reports for slots that each hold one expert's whole shards, in this order."""
+    return [{"w1": [e, 0], "w3": [e, 0], "w2": [e, 0]} for e in experts]
+
+
 # ---------------------------------------------------------------- reading the results
 
 
@@ -795,7 +792,3 @@ def wrong_weight_slots(res, cfg):
     if "error" in res:
         return len(want)
     return sum(held(res["slots"][k]) != e for k, e in want)
-
-
-if __name__ == "__main__":
-    main()
