@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sys
 
-STARTING = "sgl-overlay: interrupted while starting; nothing was changed"
+from sgl_overlay import STARTING
+
 try:  # Ctrl-C while the modules load is one line too
     from sgl_overlay.engine import subproc
 

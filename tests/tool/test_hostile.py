@@ -437,13 +437,30 @@ def test_fork_status_starts_with_the_states(tmp_path: Path) -> None:
     assert ".;" not in "\n".join(out) and "offset 1 line" in out[1], out
 
 
-def test_ctrl_c_while_starting_is_one_line(tmp_path: Path) -> None:
-    """Ctrl-C while the tool's modules load (here: inside the import of unidiff, whose stand-in on PYTHONPATH
-    raises the KeyboardInterrupt that Python's SIGINT handler raises, so it lands there whatever the load):
-    one line, exit 130, no traceback."""
+# Where the KeyboardInterrupt that Python's SIGINT handler raises lands, by a stand-in on PYTHONPATH that
+# raises it there whatever the load's timing: inside cli's imports (a stand-in unidiff), or while Python's
+# import machinery loads cli itself, before any line of it runs (a finder sitecustomize installs).
+RAISE_WHILE_STARTING = {
+    "unidiff": ("unidiff.py", "raise KeyboardInterrupt\n"),
+    "cli": (
+        "sitecustomize.py",
+        "import sys\n\n\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'sgl_overlay.cli':\n"
+        "            raise KeyboardInterrupt\n\n\n"
+        "sys.meta_path.insert(0, Interrupt())\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("where", sorted(RAISE_WHILE_STARTING))
+def test_ctrl_c_while_starting_is_one_line(tmp_path: Path, where: str) -> None:
+    """Ctrl-C while the tool's modules load: one line, exit 130, no traceback."""
     stand_in = tmp_path / "stand-in"
     stand_in.mkdir()
-    (stand_in / "unidiff.py").write_text("raise KeyboardInterrupt\n")
+    name, text = RAISE_WHILE_STARTING[where]
+    (stand_in / name).write_text(text)
     path = os.pathsep.join([str(stand_in), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     proc = cli("--version", env={"PYTHONPATH": path})
     assert proc.returncode == 130, proc.stderr
