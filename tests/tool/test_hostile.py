@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,8 @@ from synth import (
     KERNEL_TEST,
     KERNEL_TEST_PY,
     PARK,
+    REPO_ROOT,
+    TOOL,
     add_kernel_target,
     cli,
     clone,
@@ -454,15 +457,24 @@ RAISE_WHILE_STARTING = {
 }
 
 
+def _console_script() -> list[str]:
+    """`sgl-overlay` as the script pip generates runs it: the entry point python/pyproject.toml names."""
+    pyproject = REPO_ROOT / "python" / "pyproject.toml"
+    module, func = tomllib.loads(pyproject.read_text())["project"]["scripts"]["sgl-overlay"].split(":")
+    return [sys.executable, "-c", f"import sys; from {module} import {func}; sys.exit({func}())"]
+
+
 @pytest.mark.parametrize("where", sorted(RAISE_WHILE_STARTING))
-def test_ctrl_c_while_starting_is_one_line(tmp_path: Path, where: str) -> None:
+@pytest.mark.parametrize("way_in", ["python -m", "console script"])
+def test_ctrl_c_while_starting_is_one_line(tmp_path: Path, where: str, way_in: str) -> None:
     """Ctrl-C while the tool's modules load: one line, exit 130, no traceback."""
     stand_in = tmp_path / "stand-in"
     stand_in.mkdir()
     name, text = RAISE_WHILE_STARTING[where]
     (stand_in / name).write_text(text)
     path = os.pathsep.join([str(stand_in), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    proc = cli("--version", env={"PYTHONPATH": path})
+    argv = TOOL if way_in == "python -m" else _console_script()
+    proc = subprocess.run([*argv, "--version"], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": path})
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr.strip() == "sgl-overlay: interrupted while starting; nothing was changed"
 
