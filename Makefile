@@ -13,8 +13,10 @@ all: trees wheels
 venvs: $(TOOL)
 	scripts/setup_venvs.sh
 
-$(TOOL):
+# Rebuilt first when its requirement files change (before the trees and the test venvs, which run it).
+$(TOOL): python/pyproject.toml requirements/tool.txt
 	scripts/setup_venvs.sh --tool-only
+	touch $@
 
 trees: $(TOOL)
 	$(TOOL) fetch
