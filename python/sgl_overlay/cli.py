@@ -3,39 +3,25 @@ Exit codes: 0 ok, 1 failure, 2 usage, 130 interrupted."""
 
 from __future__ import annotations
 
+import argparse
+import errno
+import os
+import signal
 import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
-from sgl_overlay import STARTING
-
-try:  # Ctrl-C while the modules load is one line too
-    from sgl_overlay.engine import subproc
-
-    # Recorded from here on, not raised: a module that catches everything while it loads cannot swallow it.
-    subproc.catch_signals()
-    import argparse
-    import errno
-    import os
-    import signal
-    from collections.abc import Callable, Iterator
-    from dataclasses import dataclass
-    from pathlib import Path
-
-    from sgl_overlay import __version__
-    from sgl_overlay.builds import doctor, fetch, tree, wheels
-    from sgl_overlay.builds.places import places
-    from sgl_overlay.builds.verify import verify_tree
-    from sgl_overlay.engine import gitutil, operations, scratch, transaction
-    from sgl_overlay.engine.checkout import Checkout, detect
-    from sgl_overlay.engine.manifest import Kind, Manifest, Target, load_manifest
-    from sgl_overlay.engine.series import Series
-    from sgl_overlay.errors import Interrupted, OverlayError, UsageError
-    from sgl_overlay.maint import export, matrix, matrix_report, pins, prs
-except KeyboardInterrupt:
-    print(STARTING, file=sys.stderr)
-    raise SystemExit(130) from None
-if subproc.caught() is not None:
-    print(STARTING, file=sys.stderr)
-    raise SystemExit(130)
+from sgl_overlay import __version__
+from sgl_overlay.builds import doctor, fetch, tree, wheels
+from sgl_overlay.builds.places import places
+from sgl_overlay.builds.verify import verify_tree
+from sgl_overlay.engine import gitutil, operations, scratch, subproc, transaction
+from sgl_overlay.engine.checkout import Checkout, detect
+from sgl_overlay.engine.manifest import Kind, Manifest, Target, load_manifest
+from sgl_overlay.engine.series import Series
+from sgl_overlay.errors import Interrupted, OverlayError, UsageError
+from sgl_overlay.maint import export, matrix, matrix_report, pins, prs
 
 
 def say(line: str) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "python" / "sgl_overlay"
-# the command line: cli, and `python -m sgl_overlay` for what it says before cli has loaded
+# the command line: cli, and its way in (__main__) for what it says before cli has loaded
 PRINTERS = ("cli", "__main__")
 
 
