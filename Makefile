@@ -85,9 +85,9 @@ test-kernel: venvs trees
 # (test_kt_gpu_expert_remap.py's upstream_unit_test cases) and 0002 (test_kt_deep_gemm_copy_list.py,
 # likewise). The probe suites run on the trees only (test-sglang, test-sglang-kt): the multi-pass probes
 # (test_k3_mega_moe_passes.py), the CUDA-graph ranks probe (test_k3_mega_moe_graphs.py) and the KT remap
-# test module (gpu_expert_remap.py: the rest of test_kt_gpu_expert_remap.py). They prove the patched functions' behaviour on the
-# post-image files, which tests/wheels proves the installed files are byte for byte; rerun here they would
-# add minutes and prove nothing new.
+# test module (gpu_expert_remap.py: the rest of test_kt_gpu_expert_remap.py). They prove the patched
+# functions' behaviour on the post-image files, which tests/wheels proves the installed files are byte for
+# byte; rerun here they would add minutes and prove nothing new.
 INSTALLED := $(CURDIR)/build/installed
 SGLANG_WHEEL_TESTS := tests/sglang/test_k3_mega_moe_upstream_tests.py tests/sglang/test_deep_gemm_copy_list.py \
   tests/sglang/test_eplb_global_experts.py

@@ -191,9 +191,23 @@ TREE_ENV = "SGL_OVERLAY_TREE"
 
 
 def per_tree(stock: object, patched: object) -> object:
-    """In a test module a parent runs once per package (`run_pytest(..., extra_env={TREE_ENV: label})`):
-    the value expected on the package this run tests, so each test states both."""
+    """In a test module run_per_tree runs once per package: the value expected on the package this run
+    tests, so each test states both."""
     return {"stock": stock, "patched": patched}[os.environ[TREE_ENV]]
+
+
+def run_per_tree(roots: dict[str, Path], test_file: Path, tmp_path_factory) -> dict[str, PytestRun]:
+    """Run a test module that states its values with per_tree once on each package (label -> package root),
+    the runs at once; its folder and the one above are on PYTHONPATH after the package."""
+    here = test_file.parent
+    return side_by_side(
+        {
+            label: lambda root=root, label=label, cwd=tmp_path_factory.mktemp(label): run_pytest(
+                [root, here, here.parent], test_file, cwd, extra_env={TREE_ENV: label}
+            )
+            for label, root in roots.items()
+        }
+    )
 
 
 def check_pytest_run(run: PytestRun, outcomes: dict[str, str]) -> None:

@@ -12,8 +12,6 @@ asks the real updater to move to the map the real ``ExpertLocationMetadata.init_
 computes from seeded counts.
 """
 
-import sys
-
 import kt_layer
 import torch
 from gloo_ranks import run_ranks
@@ -93,8 +91,7 @@ def test_rebalance_leaves_kt_slots_on_the_old_map():
     """With a CPU expert or a slot that is no local expert in order, a rebalance leaves GPU slots
     and CPU experts on the old map. With every local expert on the GPU, slot k = local expert k,
     the slots follow the new map as the plain layer's do."""
-    sys.path.insert(0, str(kt_layer.STUBS))
-    import kt_cpu_stubs  # noqa: F401  (must precede sglang)
+    kt_layer.install_stand_ins()
     import sglang.srt.layers.moe.fused_moe_triton.layer  # noqa: F401  (imported once, before the fork)
 
     def work(rank, out):

@@ -32,17 +32,14 @@ parameters and config only). Redundant experts: routing is the real static dispa
 map and the real ``mask_and_remap_expert_ids`` run eagerly (it is compiled on a GPU).
 """
 
-import sys
-
 import kt_layer
 import pytest
-from kt_layer import held, physical_map, reachable_slots, whole_slots, wrong_weight_slots
+from kt_layer import MAP_PATHS, held, physical_map, reachable_slots, whole_slots, wrong_weight_slots
 
 from helpers import per_tree
 
 E = 8
 MAP_FILE = [5, 2, 7, 0, 6, 3, 1, 4]  # physical expert p holds logical expert MAP_FILE[p]
-MAP_PATHS = ("mapfile", "eplbmap")
 # --ep-num-redundant-experts 2: logical experts 5 and 2 have two physical copies, 4 only one, past the first 8.
 MAP_REDUNDANT = [5, 2, 7, 0, 6, 3, 1, 5, 4, 2]
 NVFP4 = dict(modelopt=True, hidden_size=64, intermediate_size=64, num_routed_experts=E, strategy="explicit")
@@ -227,11 +224,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def results():
-    """Every case, built and loaded once."""
-    sys.path.insert(0, str(kt_layer.STUBS))
-    import kt_cpu_stubs  # noqa: F401  (must precede sglang)
-
-    return {name: kt_layer.run_case(cfg) for name, cfg in CASES.items()}
+    return kt_layer.run_cases(CASES)
 
 
 def mxfp4_wrong_slots(res, cfg):

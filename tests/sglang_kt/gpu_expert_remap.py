@@ -64,7 +64,6 @@ even split per layer (here: 12 GPU experts in layer 2, none in layers 1 and 3).
 
 import math
 import os
-import sys
 from pathlib import Path
 
 import kt_layer
@@ -204,11 +203,7 @@ CASES = _cases()
 
 @pytest.fixture(scope="module")
 def results():
-    """Every case, built and loaded once."""
-    sys.path.insert(0, str(kt_layer.STUBS))
-    import kt_cpu_stubs  # noqa: F401  (must precede sglang)
-
-    return {name: kt_layer.run_case(cfg) for name, cfg in CASES.items()}
+    return kt_layer.run_cases(CASES)
 
 
 def slot_experts(res):

@@ -5,13 +5,13 @@ and a description of what every GPU weight slot then holds (run_case). The test 
 gpu_expert_remap.py (its cases show the config keys, its docstring the stand-ins), expert_maps.py,
 quant_grid.py and eplb_rebalance.py build their layers with it, in the pytest process their
 parent runs with the stock or the patched package first on PYTHONPATH. Importing this module
-has no side effects beyond torch: a test puts kt_native_stubs/ first on sys.path and imports
-kt_cpu_stubs before sglang is imported.
+has no side effects beyond torch: a test calls install_stand_ins() before sglang is imported.
 """
 
 import json
 import math
 import os
+import sys
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -56,6 +56,20 @@ class FakeServerArgs(SimpleNamespace):
 
     def get_hf_config(self):
         return self.hf_config
+
+
+def install_stand_ins():
+    """kt_native_stubs/'s stand-ins for the KT natives, installed before sglang is imported."""
+    sys.path.insert(0, str(STUBS))
+    import kt_cpu_stubs
+
+    return kt_cpu_stubs
+
+
+def run_cases(cases):
+    """Every case built and loaded once, by name."""
+    install_stand_ins()
+    return {name: run_case(cfg) for name, cfg in cases.items()}
 
 
 def run_case(cfg):

@@ -35,8 +35,6 @@ where those branches keep ``w13_weight`` the full-GPU path is reachable, which i
 reads (a branch that deletes it is test_fused_moe_kt_weight_loader's case).
 """
 
-import sys
-
 import kt_layer
 import pytest
 import torch
@@ -300,10 +298,7 @@ def right(res, cfg):
 
 @pytest.fixture(scope="module")
 def grid():
-    sys.path.insert(0, str(kt_layer.STUBS))
-    import kt_cpu_stubs  # noqa: F401  (must precede sglang)
-
-    kt_cpu_stubs.keep_cuda_copies_on_cpu()
+    kt_layer.install_stand_ins().keep_cuda_copies_on_cpu()
     from sglang.srt.layers.quantization import fp8_utils, modelopt_quant
     from sglang.srt.layers.quantization.compressed_tensors.schemes import compressed_tensors_w4a4_nvfp4_moe as ct_nvfp4
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import TREE_ENV, check_pytest_run, in_patch_test, run_pytest, side_by_side
+from helpers import check_pytest_run, in_patch_test, run_per_tree, run_pytest
 
 HERE = Path(__file__).resolve().parent
 MAPS = HERE / "expert_maps.py"
@@ -33,15 +33,7 @@ MAPS_TESTS = [
 
 @pytest.fixture(scope="module")
 def runs(stock_root, patched_root, tmp_path_factory):
-    roots = {"stock": stock_root(TARGET), "patched": patched_root(TARGET)}
-    return side_by_side(
-        {
-            label: lambda root=root, label=label, cwd=tmp_path_factory.mktemp(label): run_pytest(
-                [root, HERE, HERE.parent], MAPS, cwd, extra_env={TREE_ENV: label}
-            )
-            for label, root in roots.items()
-        }
-    )
+    return run_per_tree({"stock": stock_root(TARGET), "patched": patched_root(TARGET)}, MAPS, tmp_path_factory)
 
 
 @pytest.mark.parametrize("label", ["stock", "patched"])
