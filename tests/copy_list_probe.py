@@ -68,12 +68,12 @@ def released_op(lengths, launches: list):
     return copy_to_gpu_no_ce
 
 
-def fewest_launches(n: int, lengths) -> list:
-    """The lengths a caller that uses every length of the kernel sends n counts in: the
-    shortest that holds n, else the longest ones and the shortest that holds the rest."""
-    longest = max(lengths)
-    full, rest = divmod(n, longest) if n > longest else (0, n)
-    return [longest] * full + ([min(m for m in lengths if m >= rest)] if rest else [])
+def launches_ok(n: int, lengths, launches: list) -> bool:
+    """n counts went out in the fewest launches the kernel's longest length allows, and
+    without padding where that many launches of one length hold exactly n."""
+    fewest = -(-n // max(lengths))
+    exact = any(m * fewest == n for m in lengths)
+    return len(launches) == fewest and sum(launches) >= n and (sum(launches) == n or not exact)
 
 
 def outcome(fn, make) -> list:
