@@ -17,11 +17,12 @@ standing in for sgl-kernel's Python package over each built op.
   shuffled with a fixed seed; the median over blocks. Methods: the patched caller over
   the stock and the KT kernel, stock's caller over them (at their own lengths), stock's
   caller over the post-image (the kernel fix), sgl_kernel_ext's one-launch list path
-  when it is installed, and the post-image op alone (exact and fallback lengths) with
+  when it is installed, with --previous REV sglang's caller at REV over the stock kernel
+  (a change to the caller timed beside the one it replaces), and the post-image op alone (exact and fallback lengths) with
   the kernels' device time (profiler).
 
 Exit status 1 when a patched caller gives a wrong value or refuses an N in 1..512.
-  python benchmarks/caller_bench.py --out-dir DIR [--build-dir DIR]
+  python benchmarks/caller_bench.py --out-dir DIR [--build-dir DIR] [--previous REV]
 """
 
 from __future__ import annotations
@@ -65,10 +66,12 @@ def git_show(tree: str, rev: str, path: str) -> bytes:
     ).stdout
 
 
-def write_sources(dest: Path) -> None:
+def write_sources(dest: Path, previous: str | None = None) -> None:
     """The files this benchmark reads from build/trees, for a machine without the trees."""
     wanted = [(t, r, COPY_CU) for t, r in KERNELS.values()]
     wanted += [(t, r, DEEP_GEMM) for t in ("sglang", "sglang-kt") for r in ("upstream", "HEAD")]
+    if previous:
+        wanted.append(("sglang", previous, DEEP_GEMM))
     for tree, rev, path in wanted:
         file = dest / f"{tree}@{rev}" / path
         file.parent.mkdir(parents=True, exist_ok=True)
@@ -329,8 +332,8 @@ def markdown(report: dict) -> str:
         "",
         "Ratios, median over blocks of the per-block ratio (the methods of a block run side by side):",
         "",
-        "| N | patched@stock / stock@stock | patched@kt / stock@kt | patched@stock / kernel fix | patched@kt / kernel fix | patched@post / kernel fix |",
-        "|---|---|---|---|---|---|",
+        "| N | patched@stock / stock@stock | patched@kt / stock@kt | patched@stock / kernel fix | patched@kt / kernel fix | patched@post / kernel fix | patched@stock / previous@stock |",
+        "|---|---|---|---|---|---|---|",
     ]
     fix = "stock@post (kernel fix)"
     for n, res in report["timing"].items():
@@ -346,6 +349,7 @@ def markdown(report: dict) -> str:
             ratio("patched@stock", fix),
             ratio("patched@kt", fix),
             ratio("patched@post", fix),
+            ratio("patched@stock", "previous@stock"),
         ]
         lines.append(f"| {n} | " + " | ".join(cells) + " |")
     if "first_call_ms" in report:
@@ -374,6 +378,7 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--sources", help="read the trees' files from here (--write-sources)")
     p.add_argument("--write-sources", help="write the files read from build/trees here and exit (no GPU)")
+    p.add_argument("--previous", help="also time sglang's caller at this revision of build/trees/sglang")
     p.add_argument("--markdown", help="rewrite the Markdown of this caller_bench.json beside it and exit (no GPU)")
     args = p.parse_args(argv)
     if args.markdown:
@@ -382,7 +387,7 @@ def main(argv=None) -> int:
         return 0
     global SOURCES
     if args.write_sources:
-        write_sources(Path(args.write_sources))
+        write_sources(Path(args.write_sources), args.previous)
         return 0
     SOURCES = Path(args.sources) if args.sources else None
     import copy_ext
@@ -407,6 +412,8 @@ def main(argv=None) -> int:
     for tree in ("sglang", "sglang-kt"):
         for label, rev in (("stock", "upstream"), ("patched", "HEAD")):
             callers[f"{label}-{tree}"], sources[f"{label}-{tree}"] = caller(tree, rev)
+    if args.previous:
+        callers["previous-sglang"], sources["previous-sglang"] = caller("sglang", args.previous)
     rng = random.Random(args.seed)
     report = {"machine": machine(torch), "config": vars(args), "sources": sources, "correctness": {}, "special": {}}
     status = 0
@@ -454,6 +461,8 @@ def main(argv=None) -> int:
         methods["patched@post"] = (patched, wrappers["post"])
         if fast is not None:
             methods["sgl_kernel_ext list path"] = (fast, None)
+        if args.previous:
+            methods["previous@stock"] = (callers["previous-sglang"], wrappers["stock"])
         timing[n] = time_methods(torch, methods, sk, n, args.blocks, args.calls, rng)
         print(n, {m: round(r["median_us"], 2) for m, r in timing[n].items()}, flush=True)
     report["timing"] = timing

@@ -7,7 +7,8 @@
 # this repository dropped; `git archive 5c9b58a sgl_kernel_ext`) also builds that extension, for the
 # timing of its one-launch list path beside the caller (benchmarks/results/h200-2026-12-01-caller/).
 # Needs build/trees/sgl-kernel and build/trees/sgl-kernel-kt (`make trees`), and the callers'
-# files (caller_bench.py --write-sources build/gpu_carry/sources):
+# files (caller_bench.py --write-sources build/gpu_carry/sources [--previous REV]; PREVIOUS=REV
+# here then times sglang's caller at REV beside HEAD's):
 #   device run: command "bash scripts/gpu_kernel.sh", carry [the trees, "build/gpu_carry"]
 # Outputs under $OUT. No `set -e`: every step runs, each failure sets the exit status.
 set -u -o pipefail
@@ -66,7 +67,7 @@ if [ -n "${EXT_DIR:-}" ]; then wait $ext_pid; cat "$WORK/ext.log"; fi
 step "benchmarks/caller_bench.py"
 # from $WORK: an installed sgl_kernel_ext, not a source folder of that name
 (cd "$WORK" && timeout 420 $PY "$OLDPWD/benchmarks/caller_bench.py" --sources "$OLDPWD/build/gpu_carry/sources" \
-  --build-dir "$COPY_EXT_BUILD" --out-dir "$OUT") || status=1
+  --build-dir "$COPY_EXT_BUILD" --out-dir "$OUT" ${PREVIOUS:+--previous "$PREVIOUS"}) || status=1
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv
 step "done: status=$status"
 exit $status
