@@ -178,18 +178,22 @@ def completed() -> bool:
 
 
 def _die_with_parent() -> Callable[[], None] | None:
-    """A preexec hook that makes the child get SIGKILL when the tool dies (Linux prctl). (exec gives the
-    child the default Ctrl-C and SIGTERM actions back.)"""
+    """A preexec hook that makes the child get SIGTERM when the tool dies (Linux prctl), with SIGTERM's
+    default action even where the tool was started with it ignored: git then removes the lock files it holds,
+    as on Ctrl-C, and exits, so a killed tool leaves none of its git's locks. (exec gives the child the default
+    actions of the signals the tool handles back.)"""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl, set_action = libc.prctl, libc.signal
     except (OSError, AttributeError):
         return None
     parent = os.getpid()
 
     def hook() -> None:
-        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        set_action(signal.SIGTERM, 0)  # SIG_DFL; an ignored signal stays ignored across exec
+        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
         if os.getppid() != parent:  # the tool died before the prctl
             os._exit(1)
 

@@ -11,7 +11,7 @@ keeps `rebase-apply/`: a lock, then a journal, then git.
   only when the checkout holds nothing but what the run did (as `git am --abort` keeps the user's work).
 - `GitLocks`: the git lock files the run's own git made, seen while it ran and recorded in the journal; `abort`
   removes those (when still the same files) and no other.
-- git runs in the tool's process group and dies with the tool (see subproc).
+- git runs in the tool's process group and ends with the tool, removing its locks (see subproc).
 """
 
 from __future__ import annotations
@@ -551,15 +551,21 @@ def _git_locks(repo: Path, info: dict, journal: Path, lock: Path) -> list[Path]:
 
 
 def _end_processes(run: str) -> list[int]:
-    """End what the killed run left running (a hook git started; git itself died with the tool) and wait
-    until none lives, so nothing writes the checkout while it is rolled back. Returns their pids."""
-    pids = [p for p in subproc.processes_of(run) if p != os.getpid()] if run else []
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while subproc.processes_of(run) and time.monotonic() < deadline:
-        time.sleep(0.02)  # the kernel frees them at once; their parent (init) reaps them
+    """End what the killed run left running (a hook git started, a git still ending) and wait until none lives,
+    so nothing writes the checkout while it is rolled back: SIGTERM, on which git removes the lock files it
+    holds, then SIGKILL for what still runs 10 s later. Returns their pids."""
+
+    def left() -> list[int]:
+        return [p for p in subproc.processes_of(run) if p != os.getpid()] if run else []
+
+    pids = left()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in left():  # listed again: a pid that ended may be another process's by now
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + 10
+        while left() and time.monotonic() < deadline:
+            time.sleep(0.02)  # the kernel frees them at once; their parent (init) reaps them
     return pids
 
 
