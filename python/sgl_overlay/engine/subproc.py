@@ -189,10 +189,11 @@ def _die_with_parent() -> Callable[[], None] | None:
         prctl, set_action = libc.prctl, libc.signal
     except (OSError, AttributeError):
         return None
+    set_action.argtypes = [ctypes.c_int, ctypes.c_void_p]  # signal(int, sighandler_t)
     parent = os.getpid()
 
     def hook() -> None:
-        set_action(signal.SIGTERM, 0)  # SIG_DFL; an ignored signal stays ignored across exec
+        set_action(signal.SIGTERM, None)  # SIG_DFL; an ignored signal stays ignored across exec
         prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
         if os.getppid() != parent:  # the tool died before the prctl
             os._exit(1)
