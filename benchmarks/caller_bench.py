@@ -18,8 +18,8 @@ standing in for sgl-kernel's Python package over each built op.
   the stock and the KT kernel, stock's caller over them (at their own lengths), stock's
   caller over the post-image (the kernel fix), sgl_kernel_ext's one-launch list path
   when it is installed, with --previous REV sglang's caller at REV over the stock kernel
-  (a change to the caller timed beside the one it replaces), and the post-image op alone (exact and fallback lengths) with
-  the kernels' device time (profiler).
+  (a change to the caller timed beside the one it replaces), and the post-image op
+  alone (exact and fallback lengths) with the kernels' device time (profiler).
 
 Exit status 1 when a patched caller gives a wrong value or refuses an N in 1..512.
   python benchmarks/caller_bench.py --out-dir DIR [--build-dir DIR] [--previous REV]

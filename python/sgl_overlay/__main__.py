@@ -14,10 +14,11 @@ def main() -> int:
         # Recorded from here on, not raised: a module that catches everything while it loads cannot swallow it.
         subproc.catch_signals()
         from sgl_overlay import cli
+
+        interrupted = subproc.caught() is not None
     except KeyboardInterrupt:
-        print(STARTING, file=sys.stderr)
-        return 130
-    if subproc.caught() is not None:
+        interrupted = True
+    if interrupted:
         print(STARTING, file=sys.stderr)
         return 130
     return cli.main()

@@ -89,33 +89,21 @@ NVFP4_BACKENDS = ("auto", "flashinfer_cutlass", "flashinfer_cutedsl")
 NVFP4 = dict(modelopt=True, hidden_size=64, intermediate_size=64)
 
 
+# 4 of 16 experts on the GPU, placed by a strategy that needs no mask
+RANDOM = dict(num_routed_experts=16, strategy="random", kt_num_gpu_experts=4, layer_id="auto")
+
+
 def _weight_cases():
     """name -> probe config (without `path`) of the cases that load BF16 weights."""
     return {
         "pr_mask": dict(num_routed_experts=PR_EXPERTS, strategy="explicit", gpu_experts=PR_MASK),
         "small_mask": dict(num_routed_experts=8, strategy="explicit", gpu_experts=[1, 4, 6]),
         "explicit_auto_layer": dict(num_routed_experts=8, strategy="explicit", gpu_experts=[2, 5], layer_id="auto"),
-        "random": dict(
-            num_routed_experts=16,
-            strategy="random",
-            kt_num_gpu_experts=4,
-            layer_id="auto",
-        ),
-        "frequency": dict(
-            num_routed_experts=16,
-            strategy="frequency",
-            kt_num_gpu_experts=4,
-            layer_id="auto",
-            logical_count=_frequency_counts(),
-        ),
+        "random": RANDOM,
+        "frequency": dict(RANDOM, strategy="frequency", logical_count=_frequency_counts()),
         # No --init-expert-location file: the fork logs a uniform fallback, but
         # torch.topk over equal frequencies picks a non-prefix set.
-        "frequency_no_file": dict(
-            num_routed_experts=16,
-            strategy="frequency",
-            kt_num_gpu_experts=4,
-            layer_id="auto",
-        ),
+        "frequency_no_file": dict(RANDOM, strategy="frequency"),
         "uniform": dict(num_routed_experts=16, strategy="uniform", kt_num_gpu_experts=5, layer_id=2),
         "front-loading": dict(
             num_routed_experts=16,
@@ -123,22 +111,7 @@ def _weight_cases():
             kt_num_gpu_experts=20,
             layer_id=2,
         ),
-        "tp0": dict(
-            num_routed_experts=16,
-            strategy="random",
-            kt_num_gpu_experts=4,
-            layer_id="auto",
-            tp_size=2,
-            tp_rank=0,
-        ),
-        "tp1": dict(
-            num_routed_experts=16,
-            strategy="random",
-            kt_num_gpu_experts=4,
-            layer_id="auto",
-            tp_size=2,
-            tp_rank=1,
-        ),
+        **{f"tp{rank}": dict(RANDOM, tp_size=2, tp_rank=rank) for rank in (0, 1)},
         "ep1of2": dict(
             num_routed_experts=8,
             strategy="explicit",
@@ -195,7 +168,7 @@ WEIGHT_CASES = _weight_cases()
 
 def _cases():
     both = {**WEIGHT_CASES, **_fused_cases(), **_nvfp4_cases()}
-    return {f"{name}/{path}": dict(cfg, path=path) for name, cfg in both.items() for path in ("none", "trivial")}
+    return {f"{name}/{path}": dict(cfg, path=path) for name, cfg in both.items() for path in PATHS}
 
 
 CASES = _cases()

@@ -558,13 +558,13 @@ def _end_processes(run: str) -> list[int]:
     def left() -> list[int]:
         return [p for p in subproc.processes_of(run) if p != os.getpid()] if run else []
 
-    pids = left()
+    pids = living = left()
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in left():  # listed again: a pid that ended may be another process's by now
+        for pid in living:  # as last listed: a pid that ended may be another process's by now
             with contextlib.suppress(OSError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + 10
-        while left() and time.monotonic() < deadline:
+        while (living := left()) and time.monotonic() < deadline:
             time.sleep(0.02)  # the kernel frees them at once; their parent (init) reaps them
     return pids
 
