@@ -140,13 +140,17 @@ class PytestRun:
     failures: dict[str, str]
 
 
-def read_junit(xml: Path, test_file: Path) -> tuple[dict[str, str], dict[str, str]]:
+def read_junit(xml: Path, test_file: Path, among_others: bool = False) -> tuple[dict[str, str], dict[str, str]]:
     """Outcomes and failure texts by test id from pytest's --junitxml report. The id is the test's
     name, after its class (`TestX::test_y`) where it has one: junit's classname is a dotted path
-    whose module part depends on the rootdir, so it is cut at the file's stem."""
+    whose module part depends on the rootdir, so it is cut at the file's stem. `among_others`: the
+    report holds other files' tests too (under a rootdir above them all), which are left out."""
     outcomes, failures = {}, {}
     for case in ElementTree.parse(xml).getroot().iter("testcase"):
-        owner = case.get("classname", "").rpartition(test_file.stem)[2].lstrip(".")
+        _, stem, owner = case.get("classname", "").rpartition(test_file.stem)
+        if among_others and not stem:
+            continue
+        owner = owner.lstrip(".")
         test_id = f"{owner}::{case.get('name')}" if owner else case.get("name")
         outcomes[test_id] = "passed"
         for kind, outcome in (("skipped", "skipped"), ("error", "error"), ("failure", "failed")):
@@ -166,16 +170,31 @@ def run_pytest(
 ) -> PytestRun:
     """Run one test file with pytest in a subprocess, `package_roots` first on PYTHONPATH (the
     stock or patched package, plus any CPU stand-ins); each test's outcome from its junit report."""
+    return run_pytest_files(package_roots, [test_file], cwd, plugins, extra_env)[test_file]
+
+
+def run_pytest_files(
+    package_roots: list[Path],
+    test_files: list[Path],
+    cwd: Path,
+    plugins: tuple[str, ...] = (),
+    extra_env: dict[str, str] | None = None,
+) -> dict[Path, PytestRun]:
+    """Run test files in one pytest subprocess (one import of the package for all of them): per
+    file, the run's exit code and output and each of its tests' outcome. Several files run under
+    the folder that holds them all as rootdir, so that each test's report names its file."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(str(r) for r in package_roots)
     env.update(extra_env or {})
+    several = len(test_files) > 1
+    rootdir = os.path.commonpath(test_files) if several else cwd
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "junit.xml"
         args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}"]
         for plugin in plugins:
             args += ["-p", plugin]
         proc = subprocess.run(
-            [*args, "--rootdir", str(cwd), str(test_file)],
+            [*args, "--rootdir", str(rootdir), *map(str, test_files)],
             capture_output=True,
             text=True,
             env=env,
@@ -184,7 +203,7 @@ def run_pytest(
         )
         output = proc.stdout + proc.stderr
         assert xml.is_file(), f"pytest wrote no report (exit {proc.returncode}):\n{output[-6000:]}"
-        return PytestRun(proc.returncode, output, *read_junit(xml, test_file))
+        return {f: PytestRun(proc.returncode, output, *read_junit(xml, f, several)) for f in test_files}
 
 
 TREE_ENV = "SGL_OVERLAY_TREE"

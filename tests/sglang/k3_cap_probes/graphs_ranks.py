@@ -25,6 +25,9 @@ argv: scenarios, then the gloo timeout in seconds. Scenarios (cap 8 rows per ran
   smallest graph that holds the batch the runner sizes) or eager. Within the cap (a rank's
   batch outgrew the largest graph), then over it.
 - "prefill_graph_over_cap": a prefill bucket of 16 rows captured before decode graphs.
+- "prefill_graph_sp": attention DP 2 x attention TP 2: a DP rank replays a prefill graph
+  whose ranks each hold the cap (twice the cap per DP rank, split over attention TP) beside
+  an idle DP rank that runs eager.
 - "adaptive_steps": adaptive speculative decoding, one decode graph per step, the initial
   step captured first and then the rest ascending (1 request; rows = step + 1); a forward
   with the ranks on different steps.
@@ -97,6 +100,11 @@ SCENARIOS = {
         [("prefill-16", 16), ("prefill-8", 8)] + DECODE,
         [[("replay", "prefill-8", 8)] * (WORLD - 1) + [("eager", 0)]],
     ),
+    "prefill_graph_sp": (
+        True,
+        [("prefill-8", 8), ("prefill-4", 4)] + DECODE,
+        [[("replay", "prefill-8", 8)] * 2 + [("eager", 0)] * 2],
+    ),
     "adaptive_steps": (
         True,
         adaptive_graphs(1),
@@ -110,13 +118,20 @@ SCENARIOS = {
 }
 
 
-def publish(gathered, counts: list, rank: int) -> None:
-    """The DP counts MLP sync leaves for the forward (set_dp_buffer_len, as sglang does);
+# Attention TP of a scenario; 1 elsewhere.
+ATTN_TP = {"prefill_graph_sp": 2}
+
+
+def publish(gathered, counts: list, rank: int, attn_tp: int = 1) -> None:
+    """The DP counts MLP sync leaves for the forward (set_dp_buffer_len, as sglang does),
+    from the rows each rank holds: a DP rank's count is its attention-TP ranks' rows;
     "own": as sglang's scheduler publishes them in graphs_own's layout."""
     if gathered == "own":
         gathered = require_mlp_tp_gather()
-    published = list(counts) if gathered else [counts[rank]]
-    dp_attention.set_dp_buffer_len(sum(published), counts[rank], False, published)
+    dp_counts = [counts[d * attn_tp] * attn_tp for d in range(len(counts) // attn_tp)]
+    mine = dp_counts[rank // attn_tp]
+    published = dp_counts if gathered else [mine]
+    dp_attention.set_dp_buffer_len(sum(published), mine, False, published)
 
 
 @contextmanager
@@ -203,15 +218,16 @@ def run_rank(rank: int, out: dict, scenario: str, timeout: float) -> None:
     get_flags().moe.a2a_backend = MoeA2ABackend.MEGAMOE
     envs.SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK.set(CAP)
     cpu_group = torch.distributed.new_group(backend="gloo", timeout=timedelta(seconds=timeout))
+    attn_tp = ATTN_TP.get(scenario, 1)
     with get_parallel().override(
         tp_size=WORLD,
-        attn_tp_size=1,
-        attn_dp_size=WORLD,
+        attn_tp_size=attn_tp,
+        attn_dp_size=WORLD // attn_tp,
         attn_cp_size=1,
         attn_dp_enabled=True,
         moe_ep_size=WORLD,
         moe_ep_group=SimpleNamespace(device_group=None, cpu_group=cpu_group),
-        attn_tp_group=SimpleNamespace(world_size=1),
+        attn_tp_group=SimpleNamespace(world_size=attn_tp),
     ):
         if scenario.startswith("should_use_"):
             with own_layout():
@@ -229,7 +245,7 @@ def run_rank(rank: int, out: dict, scenario: str, timeout: float) -> None:
         for graph, rows in graphs:
             # Every rank captures every graph at its own bucket, its counts all the bucket.
             with own_layout() if gathered == "own" else nullcontext():
-                publish(gathered, [rows] * WORLD, rank)
+                publish(gathered, [rows] * WORLD, rank, attn_tp)
             capture = out["captures"][graph] = {"launches": None, "error": None}
             try:
                 with model_capture_mode():
@@ -244,7 +260,7 @@ def run_rank(rank: int, out: dict, scenario: str, timeout: float) -> None:
                     action = decide(rank, actions, [size for _, size in graphs], cpu_group)
                 out.setdefault("actions", []).append(action)
             else:
-                publish(gathered, [action[-1] for action in actions], rank)
+                publish(gathered, [action[-1] for action in actions], rank, attn_tp)
                 action = actions[rank]
             if action[0] == "replay":
                 launches = recorded[action[1]]

@@ -156,12 +156,14 @@ def k3_moe(
 
 
 def batch(rows: int, seed: int):
-    """Rows of routed input and their routing, from a seed."""
+    """Rows of routed input and their routing (sglang's top-k output), from a seed."""
+    from sglang.srt.layers.moe.topk import StandardTopKOutput
+
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(rows, HIDDEN, generator=gen).to(torch.bfloat16)
     ids = torch.argsort(torch.rand(rows, NUM_EXPERTS, generator=gen), dim=1)[:, :TOP_K]
     weights = torch.rand(rows, TOP_K, generator=gen)
-    return x, SimpleNamespace(topk_ids=ids, topk_weights=weights)
+    return x, StandardTopKOutput(topk_weights=weights, topk_ids=ids, router_logits=None)
 
 
 def expected(x, topk, scale: float) -> torch.Tensor:

@@ -5,17 +5,19 @@ all-reduce on every launch. Each forward runs two MoE layers: Kimi K3's
 ``_forward_mega_experts`` then the shared ``run_mega_routed_experts``.
 
 argv: modes, then the gloo timeout in seconds; a mode is "patched" or "stock" (the
-tree as it is, under the name the output gives it). Each round states a layout through sglang's ``get_parallel().override``
-and publishes the per-DP token counts through sglang's ``set_dp_buffer_len`` as MLP
-sync does; each rank then holds the rows that layout gives it:
+tree as it is, under the name the output gives it). Each round states a layout through
+sglang's ``get_parallel().override`` and publishes the per-DP token counts through sglang's
+``set_dp_buffer_len`` as MLP sync does. Each rank then takes the MoE input rows sglang's
+own layer-boundary code gives it (``moe_input_rows``: ``move_rows`` from the attention's
+rows to the FFN's, or the attention's rows for an unpadded batch):
 
-- "dp4": attention DP 4, attention TP 1, counts gathered: each rank its DP rank's
-  batch (some empty, some over the cap);
-- "dp2_sp": attention DP 2, attention TP 2 (SP-MoE): half its DP rank's padded batch;
-- "tp4_sp": attention TP 4, no DP: a quarter of the batch padded to 4 (the DP counts
-  left over from the previous round must not matter);
+- "dp4": attention DP 4, attention TP 1, counts gathered (some ranks empty, some over
+  the cap);
+- "dp2_sp": attention DP 2, attention TP 2 (SP-MoE);
+- "tp4_sp": attention TP 4, no DP: the batch padded to 4 (the DP counts left over from
+  the previous round must not matter);
 - "tp4_unpadded": attention TP 4, no DP, ``--disable-attn-tp-gather``: a batch whose
-  rows do not divide by 4 stays whole on every rank.
+  rows do not divide by 4.
 
 Token counts come from one fixed seed, the same on every rank. Prints {"plan": [...],
 mode: {"ranks": {rank: {"rounds": [{"layout", "rows", "layers": {"k3" | "shared":
@@ -40,6 +42,9 @@ from gloo_ranks import run_ranks  # noqa: E402
 from mega_moe_standin import StandIn, batch, expected, k3_moe, shared_forward  # noqa: E402
 from sglang.srt.environ import envs  # noqa: E402
 from sglang.srt.layers import dp_attention  # noqa: E402
+from sglang.srt.layers.layer_boundary.factories import BatchVariant, _ffn_on_rank_rows, _row_layouts  # noqa: E402
+from sglang.srt.layers.layer_boundary.layout import batches_are_unpadded  # noqa: E402
+from sglang.srt.layers.layer_boundary.ops import move_rows  # noqa: E402
 from sglang.srt.layers.moe.utils import MoeA2ABackend, get_moe_a2a_backend  # noqa: E402
 from sglang.srt.runtime_context import get_flags, get_parallel  # noqa: E402
 
@@ -54,7 +59,7 @@ def ceil_align(n: int, a: int) -> int:
 
 
 def plan(seed: int = 0):
-    """[(layout, parallel fields, per-DP counts or None, rows of each rank)]."""
+    """[(layout, parallel fields, per-DP counts, the batch's rows without DP)]."""
     rng = random.Random(seed)
     rounds = []
     for _ in range(ROUNDS):
@@ -63,22 +68,37 @@ def plan(seed: int = 0):
                 counts = [rng.choice([0, rng.randint(1, 3 * CAP)]) for _ in range(WORLD)]
                 empty, busy = rng.sample(range(WORLD), 2)
                 counts[empty], counts[busy] = 0, rng.randint(CAP + 1, 3 * CAP)
-                fields, rows = dict(attn_dp_size=4, attn_tp_size=1, attn_dp_enabled=True), counts
+                fields, rows = dict(attn_dp_size=4, attn_tp_size=1, attn_dp_enabled=True), None
             elif layout == "dp2_sp":
+                # Each DP rank's count padded to attention TP, as MLP sync publishes it.
                 counts = [ceil_align(rng.randint(0, 5 * CAP), 2) for _ in range(2)]
-                fields = dict(attn_dp_size=2, attn_tp_size=2, attn_dp_enabled=True)
-                rows = [counts[r // 2] // 2 for r in range(WORLD)]
+                fields, rows = dict(attn_dp_size=2, attn_tp_size=2, attn_dp_enabled=True), None
             elif layout == "tp4_sp":
-                n = ceil_align(rng.randint(1, 8 * CAP), 4)
-                counts, rows = None, [n // 4] * WORLD
+                counts, rows = None, ceil_align(rng.randint(1, 8 * CAP), 4)
                 fields = dict(attn_dp_size=1, attn_tp_size=4, attn_dp_enabled=False)
             else:
-                n = rng.randint(CAP + 1, 3 * CAP)
-                n += n % 4 == 0
-                counts, rows = None, [n] * WORLD
+                rows = rng.randint(CAP + 1, 3 * CAP)
+                rows += rows % 4 == 0
+                counts = None
                 fields = dict(attn_dp_size=1, attn_tp_size=4, attn_dp_enabled=False, disable_attn_tp_gather=True)
             rounds.append((layout, fields, counts, rows))
+    # Within the cap: a DP rank of twice the cap over attention TP 2 (each of its ranks
+    # holds the cap), DP ranks at the cap beside small and empty ones, a batch of 4 x cap.
+    rounds.append(("dp2_sp", dict(attn_dp_size=2, attn_tp_size=2, attn_dp_enabled=True), [2 * CAP, 2], None))
+    rounds.append(("dp4", dict(attn_dp_size=4, attn_tp_size=1, attn_dp_enabled=True), [CAP, 0, 3, CAP], None))
+    rounds.append(("tp4_sp", dict(attn_dp_size=1, attn_tp_size=4, attn_dp_enabled=False), None, 4 * CAP))
     return rounds
+
+
+def moe_input_rows(attention_rows: int) -> int:
+    """The rows of this rank's MoE input, as sglang's layer-boundary code lays out an a2a
+    MoE's input from the attention's rows (factories._resolve_ffn): an unpadded batch
+    stays on the attention's rows, any other is moved to the FFN's."""
+    if batches_are_unpadded() and attention_rows % get_parallel().attn_tp_size:
+        return attention_rows
+    assert _ffn_on_rank_rows(sparse=True, dense_tp_size=None)
+    _, attention, local, _ = _row_layouts(BatchVariant.ORDINARY)
+    return move_rows(torch.empty(attention_rows, 1), attention, local, None).shape[0]
 
 
 def run_layer(forward, standin, x, topk, scale):
@@ -113,20 +133,24 @@ def run_rank(rank, out, mode, timeout):
     scale = moe.routed_scaling_factor
     layers = {"k3": moe._forward_mega_experts, "shared": lambda x, t: shared_forward(x, t, scale)}
     for i, (layout, fields, counts, rows) in enumerate(plan()):
-        if counts is not None:
-            dp_rank = rank // fields["attn_tp_size"]
-            dp_attention.set_dp_buffer_len(sum(counts), counts[dp_rank], False, list(counts))
         a = fields["attn_tp_size"]
+        if counts is not None:
+            dp_rank = rank // a
+            dp_attention.set_dp_buffer_len(sum(counts), counts[dp_rank], False, list(counts))
+            rows = counts[dp_rank]
         with get_parallel().override(
             tp_size=WORLD,
             attn_cp_size=1,
+            attn_tp_rank=rank % a,
+            dwdp_size=1,
             moe_ep_size=WORLD,
             moe_ep_group=SimpleNamespace(device_group=None, cpu_group=cpu_group),
             attn_tp_group=SimpleNamespace(world_size=a),
-            **fields,
+            **{"disable_attn_tp_gather": False, **fields},
         ):
-            x, topk = batch(rows[rank], seed=1000 * i + rank)
-            result = {"layout": layout, "rows": rows[rank], "layers": {}}
+            local_rows = moe_input_rows(rows)
+            x, topk = batch(local_rows, seed=1000 * i + rank)
+            result = {"layout": layout, "rows": local_rows, "layers": {}}
             out["rounds"].append(result)
             for name, forward in layers.items():
                 result["layers"][name] = run_layer(forward, standin, x, topk, scale)
