@@ -292,7 +292,7 @@ def doctor(
             findings += check_python_target(manifest, series, info, dist_dir, version)
             if runner is None:
                 runner = runner_finding(manifest, series, info, dist_dir, version)
-                sent = routes.RUNNER_LENGTHS[target.name]
+                sent = routes.RUNNER_LENGTHS.get(target.name, ())
     installed += [(k, data["dists"][k]["version"], None) for k in KERNEL_NAMES if k in data["dists"]]
     findings += check_kernel(data, runner, sent)
     kernel_found = any(k in data["dists"] for k in KERNEL_NAMES) or data.get("kernel") is not None
