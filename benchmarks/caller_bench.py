@@ -1,28 +1,31 @@
 #!/usr/bin/env python3
 """The DeepGEMM runner's copy_list_to_gpu_no_ce over the released kernels, on a GPU.
 
-Builds, as torch extensions (tests/kernel/copy_ext.py), the copy.cu files of
-build/trees: sgl-kernel's pre-image (kernels for N = 32, 64, 72; the one sglang-kernel
-0.4.10 ships), the KT fork's (64, 72) and the series' post-image (every N up to 512).
-Runs the runner's caller as the trees hold it, cut out of deep_gemm.py with ast (the
-module itself imports Triton and sglang's distributed stack): stock's (`upstream`) and
-the patched one (HEAD) of sglang and of sglang-kt, with `sgl_kernel.elementwise`
-standing in for sgl-kernel's Python package over each built op.
+Builds, as torch extensions (tests/kernel/copy_ext.py), three copy.cu files: sgl-kernel's
+pre-image from build/trees (kernels for N = 32, 64, 72; the one sglang-kernel 0.4.10 ships),
+the KT fork's (that file without its N = 32 kernel: 64, 72; proven by its blob id) and the
+series' post-image (every N up to 512, the kernel fix). Runs the runner's caller as the trees
+hold it, cut out of deep_gemm.py with ast (the module itself imports Triton and sglang's
+distributed stack): stock's (`upstream`) and the patched one (HEAD) of sglang and of
+sglang-kt, with `sgl_kernel.elementwise` standing in for sgl-kernel's Python package over
+each built op.
 
-- correctness: every N in 1..513, random full-range int32 values: wrong values,
-  refusals, launches (op calls per caller call; the profiler counts the kernels at a
-  few N); tests/kernel/list_inputs.py's special inputs against stock's answer (stock's
-  own outcome, or the values where stock only lacked a kernel for the length).
+- correctness: every N in 1..513, random full-range int32 values, each caller over its own
+  target's kernel and over the kernel fix: wrong values, refusals, the length of each launch;
+  tests/kernel/list_inputs.py's special inputs against stock's answer (stock's own outcome, or
+  the values where stock only lacked a kernel for the length); 8 threads calling at once (same
+  and different N, values checked); one call captured in a CUDA graph and replayed (values,
+  kernels per replay).
 - host µs per call: B paired blocks, every method --calls calls per block in an order
-  shuffled with a fixed seed; the median over blocks. Methods: the patched caller over
-  the stock and the KT kernel, stock's caller over them (at their own lengths), stock's
-  caller over the post-image (the kernel fix), sgl_kernel_ext's one-launch list path
-  when it is installed, with --previous REV sglang's caller at REV over the stock kernel
-  (a change to the caller timed beside the one it replaces), and the post-image op
-  alone (exact and fallback lengths) with the kernels' device time (profiler).
+  shuffled with a fixed seed; the median over blocks, and the median of per-block ratios.
+  Methods: the patched caller and stock's over the released kernel at stock's lengths
+  (sglang: 32, 64, 72 on sgl-kernel's; sglang-kt: 64, 72 on the fork's: the same code
+  path, so the ratio should be <= 1.02), the patched caller over the released kernel at the
+  other N against stock's caller over the kernel fix (what the kernel fix would cost there),
+  and the post-image op alone (exact and fallback lengths) with the kernels' device time.
 
 Exit status 1 when a patched caller gives a wrong value or refuses an N in 1..512.
-  python benchmarks/caller_bench.py --out-dir DIR [--build-dir DIR] [--previous REV]
+  python benchmarks/caller_bench.py --out-dir DIR [--build-dir DIR]
 """
 
 from __future__ import annotations
@@ -45,9 +48,10 @@ sys.path[:0] = [str(ROOT / "tests" / "kernel")]
 TREES = ROOT / "build" / "trees"
 COPY_CU = "sgl-kernel/csrc/elementwise/copy.cu"
 DEEP_GEMM = "python/sglang/srt/layers/moe/moe_runner/deep_gemm.py"
-KERNELS = {"stock": ("sgl-kernel", "upstream"), "kt": ("sgl-kernel-kt", "upstream"), "post": ("sgl-kernel", "HEAD")}
-LENGTHS = {"stock": (32, 64, 72), "kt": (64, 72), "post": tuple(range(1, 513))}
-TIMED_N = (1, 8, 16, 17, 32, 48, 63, 64, 65, 72, 73, 100, 128, 256, 384, 512)
+KERNELS = {"stock": ("sgl-kernel", "upstream"), "post": ("sgl-kernel", "HEAD")}  # "kt": derived from "stock"
+LENGTHS = {"stock": (32, 64, 72), "kt": (64, 72)}
+OWN_KERNEL = {"sglang": "stock", "sglang-kt": "kt"}  # the released kernel each target's runner calls
+TIMED_N = (1, 16, 17, 32, 63, 64, 65, 72, 73, 100, 128, 256, 512)
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 
@@ -66,12 +70,18 @@ def git_show(tree: str, rev: str, path: str) -> bytes:
     ).stdout
 
 
-def write_sources(dest: Path, previous: str | None = None) -> None:
+def kernel_source(name: str) -> bytes:
+    import copy_ext
+
+    if name == "kt":
+        return copy_ext.kt_copy_cu(git_show(*KERNELS["stock"], COPY_CU))
+    return git_show(*KERNELS[name], COPY_CU)
+
+
+def write_sources(dest: Path) -> None:
     """The files this benchmark reads from build/trees, for a machine without the trees."""
     wanted = [(t, r, COPY_CU) for t, r in KERNELS.values()]
     wanted += [(t, r, DEEP_GEMM) for t in ("sglang", "sglang-kt") for r in ("upstream", "HEAD")]
-    if previous:
-        wanted.append(("sglang", previous, DEEP_GEMM))
     for tree, rev, path in wanted:
         file = dest / f"{tree}@{rev}" / path
         file.parent.mkdir(parents=True, exist_ok=True)
@@ -145,13 +155,9 @@ def counting(fn, launches: list):
 
 
 def check_counts(torch, call, sk, wrapper, rng) -> dict:
-    """Every N in 1..513 through call over one kernel: refused N, wrong N, launches per N."""
+    """Every N in 1..513 through call over one kernel: refused N, wrong N, each launch's length per N."""
     launches: list = []
     sk.use(counting(wrapper, launches))
-    try:  # a caller that learns the kernel's lengths on its first call does so here
-        call([0])
-    except RuntimeError:
-        pass
     refused, wrong, per_n = [], [], {}
     for n in range(1, 514):
         values = [rng.randint(INT32_MIN, INT32_MAX) for _ in range(n)]
@@ -197,18 +203,48 @@ def special_inputs(torch, list_inputs, patched, stock_call, sk, wrapper, np) -> 
     return {"cases": len(rows), "differ": differ, "rows": rows}
 
 
-def kernel_launches(torch, call, sk, wrapper, n: int) -> int:
-    """copy_to_gpu_no_ce kernels the profiler sees for one call at N."""
+def threads(torch, call, sk, wrapper, sizes=(16, 16, 16, 64, 64, 17, 100, 513), calls: int = 200) -> dict:
+    """len(sizes) threads calling at once, each `calls` times with its own N and fresh values: wrong results."""
+    import threading
+
+    sk.use(wrapper)
+    wrong = [0] * len(sizes)
+    start = threading.Barrier(len(sizes))
+
+    def run(i: int, n: int) -> None:
+        rng = random.Random(i)
+        start.wait()
+        for _ in range(calls):
+            values = [rng.randint(INT32_MIN, INT32_MAX) for _ in range(n)]
+            try:
+                wrong[i] += call(values).cpu().tolist() != values
+            except RuntimeError:
+                wrong[i] += 1
+
+    pool = [threading.Thread(target=run, args=item) for item in enumerate(sizes)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return {"sizes": list(sizes), "calls": calls, "wrong": wrong}
+
+
+def captured(torch, call, sk, wrapper, n: int) -> dict:
+    """One call captured in a CUDA graph (its first call over this kernel) and replayed: values, kernels."""
     from torch.profiler import ProfilerActivity, profile
 
     sk.use(wrapper)
     values = list(range(n))
-    call(values)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = call(values)
+    graph.replay()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        call(values)
+        graph.replay()
         torch.cuda.synchronize()
-    return sum(1 for e in prof.events() if "copy_to_gpu_no_ce" in e.name and e.device_type.name == "CUDA")
+    kernels = sum(1 for e in prof.events() if "copy_to_gpu_no_ce" in e.name and e.device_type.name == "CUDA")
+    return {"right": out.cpu().tolist() == values, "kernels_per_replay": kernels}
 
 
 def op_device_us(torch, op, n: int, launches: int = 200) -> float:
@@ -281,6 +317,13 @@ def machine(torch) -> dict:
     }
 
 
+def ratio(res: dict, a: str, b: str) -> float | None:
+    """The median over blocks of a's µs / b's µs (the methods of a block run side by side)."""
+    if a not in res or b not in res:
+        return None
+    return statistics.median(x / y for x, y in zip(res[a]["blocks_us"], res[b]["blocks_us"]))
+
+
 def markdown(report: dict) -> str:
     m = report["machine"]
     lines = [
@@ -288,75 +331,62 @@ def markdown(report: dict) -> str:
         "",
         f"- {m['date']}; {m['gpu']}, driver {m['driver']}; CPU {m['cpu']}; Python {m['python']}, torch {m['torch']} (CUDA {m['cuda']}), {m['nvcc']}",
         f"- trees and blobs read: {json.dumps(m['sources'])}",
-        f"- host µs: {report['config']['blocks']} paired blocks × {report['config']['calls']} calls per method, order shuffled per block (seed {report['config']['seed']}), values 0..8191; median over blocks [min–max]",
+        f"- host µs: {report['config']['blocks']} paired blocks × {report['config']['calls']} calls per method, order shuffled per block (seed {report['config']['seed']}), values 0..8191; median over blocks",
         "",
         "## Correctness: N = 1..513, full-range int32 values",
         "",
-        "| caller | kernel | refused N in 1..512 | refused at 513 | wrong values | launches per call (N ≤ 72 / 100 / 512) | special inputs differing from stock's answer |",
+        "| caller | kernel | refused N in 1..512 | refused at 513 | wrong values | launches at N = 16 / 100 / 512 | special inputs differing from stock's answer |",
         "|---|---|---|---|---|---|---|",
     ]
     for key, c in report["correctness"].items():
         refused = [r[0] for r in c["refused"]]
         in_range = [n for n in refused if n <= 512]
-        la = c["launches"]
-        launches = "/".join(
-            str(len(la.get(n, la.get(str(n), [])))) if (n in la or str(n) in la) else "-" for n in (16, 100, 512)
+        la = {int(n): v for n, v in c["launches"].items()}
+        launches = " / ".join(
+            ("-" if n not in la else f"{len(la[n])} × {la[n][0]}" if len(set(la[n])) == 1 else str(la[n]))
+            for n in (16, 100, 512)
         )
         special = report["special"].get(key)
-        sp = (
-            f"{len(special['differ'])} of {special['cases']}"
-            + (f" ({', '.join(special['differ'])})" if special["differ"] else "")
-            if special
-            else "-"
-        )
+        sp = f"{len(special['differ'])} of {special['cases']} {special['differ'] or ''}" if special else "-"
         shown = f"{len(in_range)}" + (
-            f" (all but {sorted(set(range(1, 513)) - set(in_range))})"
-            if 0 < len(in_range) and len(in_range) > 500
-            else (f" ({in_range[:8]}…)" if in_range else "")
+            f" (accepted only {sorted(set(range(1, 513)) - set(in_range))})" if len(in_range) > 500 else ""
         )
+        caller, kernel = key.split("@")
         lines.append(
-            f"| {key.split('@')[0]} | {key.split('@')[1]} | {shown} | {'yes' if 513 in refused else 'no'} | {len(c['wrong'])} | {launches} | {sp} |"
+            f"| {caller} | {kernel} | {shown} | {'yes' if 513 in refused else 'no'} | {len(c['wrong'])} | {launches} | {sp} |"
         )
-    lines += ["", f"Kernels the profiler counts per call (patched caller): {report['profiled_launches']}", ""]
-    methods = list(dict.fromkeys(m for res in report["timing"].values() for m in res))
+    lines += ["", "Threads (each its own N, fresh values, side by side), wrong results per thread:", ""]
     lines += [
+        f"- {key}: sizes {t['sizes']}, {t['calls']} calls each: wrong {t['wrong']}"
+        for key, t in report["threads"].items()
+    ]
+    lines += ["", "One call captured in a CUDA graph, replayed: values right, copy kernels per replay:", ""]
+    lines += [f"- {key}: {c}" for key, c in report["captured"].items()]
+    lines += [
+        "",
         "## Host µs per call (median over blocks)",
         "",
-        "| N | " + " | ".join(methods) + " |",
-        "|---" * (len(methods) + 1) + "|",
-    ]
-    for n, res in report["timing"].items():
-        cells = [f"{res[m]['median_us']:.2f}" if m in res else "-" for m in methods]
-        lines.append(f"| {n} | " + " | ".join(cells) + " |")
-    lines += [
+        "Ratios are medians of per-block ratios. At stock's lengths the patched caller runs stock's lines (target <= 1.02);",
+        "at the others stock's caller refuses over the released kernel, so the patched caller is set against stock's",
+        "caller over the kernel fix.",
         "",
-        "Ratios, median over blocks of the per-block ratio (the methods of a block run side by side):",
-        "",
-        "| N | patched@stock / stock@stock | patched@kt / stock@kt | patched@stock / kernel fix | patched@kt / kernel fix | patched@post / kernel fix | patched@stock / previous@stock |",
+        "| target | N | patched, released kernel | stock, released kernel | stock, kernel fix | patched / stock (released) | patched (released) / stock (kernel fix) |",
         "|---|---|---|---|---|---|---|",
     ]
-    fix = "stock@post (kernel fix)"
-    for n, res in report["timing"].items():
+    for key, res in report["timing"].items():
+        tree, n = key.split(" N=")
 
-        def ratio(a, b, res=res):
-            if a not in res or b not in res:
-                return "-"
-            return f"{statistics.median(x / y for x, y in zip(res[a]['blocks_us'], res[b]['blocks_us'])):.3f}"
+        def cell(name, res=res):
+            return f"{res[name]['median_us']:.2f}" if name in res else "-"
 
-        cells = [
-            ratio("patched@stock", "stock@stock"),
-            ratio("patched@kt", "stock@kt"),
-            ratio("patched@stock", fix),
-            ratio("patched@kt", fix),
-            ratio("patched@post", fix),
-            ratio("patched@stock", "previous@stock"),
-        ]
-        lines.append(f"| {n} | " + " | ".join(cells) + " |")
-    if "first_call_ms" in report:
-        lines += [
-            "",
-            f"First call of the patched caller over each kernel (it tries the lengths 1..512), ms: {report['first_call_ms']}",
-        ]
+        def r(a, b, res=res):
+            x = ratio(res, a, b)
+            return "-" if x is None else f"{x:.3f}"
+
+        lines.append(
+            f"| {tree} | {n} | {cell('patched@released')} | {cell('stock@released')} | {cell('stock@post')} "
+            f"| {r('patched@released', 'stock@released')} | {r('patched@released', 'stock@post')} |"
+        )
     lines += [
         "",
         "## The post-image op alone: exact kernel vs fallback",
@@ -378,7 +408,6 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--sources", help="read the trees' files from here (--write-sources)")
     p.add_argument("--write-sources", help="write the files read from build/trees here and exit (no GPU)")
-    p.add_argument("--previous", help="also time sglang's caller at this revision of build/trees/sglang")
     p.add_argument("--markdown", help="rewrite the Markdown of this caller_bench.json beside it and exit (no GPU)")
     args = p.parse_args(argv)
     if args.markdown:
@@ -387,7 +416,7 @@ def main(argv=None) -> int:
         return 0
     global SOURCES
     if args.write_sources:
-        write_sources(Path(args.write_sources), args.previous)
+        write_sources(Path(args.write_sources))
         return 0
     SOURCES = Path(args.sources) if args.sources else None
     import copy_ext
@@ -401,24 +430,23 @@ def main(argv=None) -> int:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     ops, wrappers = {}, {}
-    for name, (tree, rev) in KERNELS.items():
+    for name in ("stock", "kt", "post"):
         t0 = time.time()
-        ops[name] = copy_ext.build(name, git_show(tree, rev, COPY_CU), Path(args.build_dir))
+        ops[name] = copy_ext.build(name, kernel_source(name), Path(args.build_dir))
         wrappers[name] = copy_ext.as_sgl_kernel(ops[name])
-        print(f"built {name} ({tree}@{rev}) in {time.time() - t0:.0f} s", flush=True)
+        print(f"built {name} in {time.time() - t0:.0f} s", flush=True)
     sk = SglKernel()
-    callers = {}
-    sources = {}
-    for tree in ("sglang", "sglang-kt"):
+    callers, sources = {}, {}
+    for tree in OWN_KERNEL:
         for label, rev in (("stock", "upstream"), ("patched", "HEAD")):
             callers[f"{label}-{tree}"], sources[f"{label}-{tree}"] = caller(tree, rev)
-    if args.previous:
-        callers["previous-sglang"], sources["previous-sglang"] = caller("sglang", args.previous)
     rng = random.Random(args.seed)
     report = {"machine": machine(torch), "config": vars(args), "sources": sources, "correctness": {}, "special": {}}
+    report.update(threads={}, captured={})
     status = 0
-    for tree in ("sglang", "sglang-kt"):
-        for kernel in ("stock", "kt", "post"):
+    for tree, own in OWN_KERNEL.items():
+        patched, stock = callers[f"patched-{tree}"], callers[f"stock-{tree}"]
+        for kernel in (own, "post"):
             for label in ("patched", "stock"):
                 key = f"{label}-{tree}@{kernel}"
                 report["correctness"][key] = c = check_counts(
@@ -427,56 +455,25 @@ def main(argv=None) -> int:
                 print(key, "refused", len(c["refused"]), "wrong", len(c["wrong"]), flush=True)
                 if label == "patched" and (c["wrong"] or [r for r in c["refused"] if r[0] <= 512]):
                     status = 1
-            if kernel != "post":
-                key = f"patched-{tree}@{kernel}"
-                report["special"][key] = s = special_inputs(
-                    torch, list_inputs, callers[f"patched-{tree}"], callers[f"stock-{tree}"], sk, wrappers[kernel], np
-                )
-                print(key, "special inputs differing:", s["differ"], flush=True)
-                status |= bool(s["differ"])
-    report["profiled_launches"] = {
-        f"{k}@N={n}": kernel_launches(torch, callers["patched-sglang"], sk, wrappers[k], n)
-        for k in ("stock", "kt")
-        for n in (16, 72, 100, 512)
-    }
-    fast = None
-    try:
-        import sgl_kernel_ext
-
-        sgl_kernel_ext.ensure_loaded()
-        fast = sgl_kernel_ext.list_entry_point()
-        report["machine"]["sgl_kernel_ext"] = sgl_kernel_ext.__file__
-    except Exception as exc:  # noqa: BLE001 (reported, the run goes on)
-        print("sgl_kernel_ext not available:", exc, flush=True)
+        key = f"patched-{tree}@{own}"
+        report["special"][key] = s = special_inputs(torch, list_inputs, patched, stock, sk, wrappers[own], np)
+        print(key, "special inputs differing:", s["differ"], flush=True)
+        report["threads"][key] = t = threads(torch, patched, sk, wrappers[own])
+        print(key, "threads, wrong:", t["wrong"], flush=True)
+        for n in (16, 100):
+            report["captured"][f"{key} N={n}"] = g = captured(torch, patched, sk, wrappers[own], n)
+            print(key, f"captured N={n}:", g, flush=True)
+        status |= bool(s["differ"]) or any(t["wrong"]) or not all(g["right"] for g in report["captured"].values())
     timing = {}
-    patched = callers["patched-sglang"]
-    stock = callers["stock-sglang"]
-    for n in TIMED_N:
-        methods = {"patched@stock": (patched, wrappers["stock"]), "patched@kt": (patched, wrappers["kt"])}
-        if n in LENGTHS["stock"]:
-            methods["stock@stock"] = (stock, wrappers["stock"])
-        if n in LENGTHS["kt"]:
-            methods["stock@kt"] = (stock, wrappers["kt"])
-        methods["stock@post (kernel fix)"] = (stock, wrappers["post"])
-        methods["patched@post"] = (patched, wrappers["post"])
-        if fast is not None:
-            methods["sgl_kernel_ext list path"] = (fast, None)
-        if args.previous:
-            methods["previous@stock"] = (callers["previous-sglang"], wrappers["stock"])
-        timing[n] = time_methods(torch, methods, sk, n, args.blocks, args.calls, rng)
-        print(n, {m: round(r["median_us"], 2) for m, r in timing[n].items()}, flush=True)
+    for tree, own in OWN_KERNEL.items():
+        patched, stock = callers[f"patched-{tree}"], callers[f"stock-{tree}"]
+        for n in TIMED_N:
+            methods = {"patched@released": (patched, wrappers[own]), "stock@post": (stock, wrappers["post"])}
+            if n in LENGTHS[own]:
+                methods["stock@released"] = (stock, wrappers[own])
+            timing[f"{tree} N={n}"] = res = time_methods(torch, methods, sk, n, args.blocks, args.calls, rng)
+            print(tree, n, {m: round(r["median_us"], 2) for m, r in res.items()}, flush=True)
     report["timing"] = timing
-    # The first call of the patched caller over a kernel it has not seen: it tries the lengths.
-    first_call = {}
-    for kernel in ("stock", "kt", "post"):
-        sk.use(copy_ext.as_sgl_kernel(ops[kernel]))
-        torch.cuda.synchronize()
-        t0 = time.perf_counter_ns()
-        patched(list(range(16)))
-        torch.cuda.synchronize()
-        first_call[kernel] = (time.perf_counter_ns() - t0) / 1e6
-    report["first_call_ms"] = first_call
-    print("first call, ms:", first_call, flush=True)
     post_op = {}
     exact = (16, 32, 64, 72)
     op_n = (16, 17, 32, 33, 63, 64, 71, 72, 100, 512)

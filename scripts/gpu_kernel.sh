@@ -1,19 +1,16 @@
 #!/usr/bin/env bash
-# One device call, on an H200: the GPU tests of sgl-kernel 0001's post-image
-# (tests/kernel/test_kernel_gpu.py) and benchmarks/caller_bench.py (the DeepGEMM runner's caller
-# over the stock, KT and post-image copy.cu: correctness for N = 1..513 and the special inputs,
-# host µs per call). Each copy.cu is a test-only torch extension build (tests/kernel/copy_ext.py),
-# byte for byte from build/trees. EXT_DIR=<an sgl_kernel_ext source folder> (the optional speed-up
-# this repository dropped; `git archive 5c9b58a sgl_kernel_ext`) also builds that extension, for the
-# timing of its one-launch list path beside the caller (benchmarks/results/h200-2026-12-01-caller/).
-# Needs build/trees/sgl-kernel and build/trees/sgl-kernel-kt (`make trees`), and the callers'
-# files (caller_bench.py --write-sources build/gpu_carry/sources [--previous REV]; PREVIOUS=REV
-# here then times sglang's caller at REV beside HEAD's):
-#   device run: command "bash scripts/gpu_kernel.sh", carry [the trees, "build/gpu_carry"]
+# One device call: the GPU tests of sgl-kernel 0001's post-image (tests/kernel/test_kernel_gpu.py)
+# and benchmarks/caller_bench.py (the DeepGEMM runner's caller over the stock, KT and post-image
+# copy.cu: correctness for N = 1..513, the special inputs, threads and a CUDA graph capture; host
+# µs per call, the patched caller beside stock's). Each copy.cu is a test-only torch extension
+# build (tests/kernel/copy_ext.py), byte for byte from build/trees (the KT fork's: sgl-kernel's
+# pre-image without its N = 32 kernel, proven by its blob id).
+# Needs build/trees/sgl-kernel (`make trees`) and the callers' files
+# (`python benchmarks/caller_bench.py --write-sources build/gpu_carry/sources`):
+#   device run: command "bash scripts/gpu_kernel.sh", carry ["build/trees/sgl-kernel", "build/gpu_carry"]
 # Outputs under $OUT. No `set -e`: every step runs, each failure sets the exit status.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
-WORK=$(mktemp -d)
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/gpu_kernel.log") 2>&1
@@ -34,13 +31,6 @@ step environment
 date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
 $PY -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)'
 nvcc --version | tail -1; uname -r; nproc
-if [ -n "${EXT_DIR:-}" ]; then
-  ( t0=$(date +%s)
-    $PY -m pip wheel -q --no-build-isolation --no-deps --no-index -w "$WORK/dist" "$EXT_DIR" \
-      && $PY -m pip install -q --no-deps --no-index "$WORK"/dist/*.whl
-    echo "sgl_kernel_ext built and installed in $(( $(date +%s) - t0 )) s (rc $?)" ) > "$WORK/ext.log" 2>&1 &
-  ext_pid=$!
-fi
 
 step "test-only builds of the three copy.cu files (in parallel)"
 pids=()
@@ -51,8 +41,7 @@ from pathlib import Path
 sys.path[:0] = ["tests/kernel", "benchmarks"]
 import caller_bench, copy_ext
 caller_bench.SOURCES = Path("build/gpu_carry/sources")
-tree, rev = caller_bench.KERNELS[sys.argv[1]]
-copy_ext.build(sys.argv[1], caller_bench.git_show(tree, rev, caller_bench.COPY_CU), Path(__import__("os").environ["COPY_EXT_BUILD"]))
+copy_ext.build(sys.argv[1], caller_bench.kernel_source(sys.argv[1]), Path(__import__("os").environ["COPY_EXT_BUILD"]))
 print("built", sys.argv[1], flush=True)
 PY
   pids+=($!)
@@ -63,11 +52,9 @@ step "pytest tests/kernel/test_kernel_gpu.py"
 timeout 300 $PY -m pytest -v -rs -p no:cacheprovider tests/kernel/test_kernel_gpu.py 2>&1 | tee "$OUT/pytest.log" | grep -v "^$"
 rc=${PIPESTATUS[0]}; echo "pytest rc=$rc"; [ "$rc" = 0 ] || status=1
 
-if [ -n "${EXT_DIR:-}" ]; then wait $ext_pid; cat "$WORK/ext.log"; fi
 step "benchmarks/caller_bench.py"
-# from $WORK: an installed sgl_kernel_ext, not a source folder of that name
-(cd "$WORK" && timeout 420 $PY "$OLDPWD/benchmarks/caller_bench.py" --sources "$OLDPWD/build/gpu_carry/sources" \
-  --build-dir "$COPY_EXT_BUILD" --out-dir "$OUT" ${PREVIOUS:+--previous "$PREVIOUS"}) || status=1
+timeout 420 $PY benchmarks/caller_bench.py --sources build/gpu_carry/sources \
+  --build-dir "$COPY_EXT_BUILD" --out-dir "$OUT" || status=1
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv
 step "done: status=$status"
 exit $status

@@ -11,6 +11,7 @@ the post-image alone with nvcc (test_kernel_build.py).
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import shutil
@@ -27,6 +28,21 @@ TORCH_LIBRARY(copy_{name}, m) {{
   m.impl("copy_to_gpu_no_ce", c10::kCUDA, &copy_to_gpu_no_ce);
 }}
 """
+
+
+# The KT fork's copy.cu (kvcache-ai/sglang 04653fa8; kt-kernel's bundled sgl-kernel is built from it) is
+# sgl-kernel's pre-image without its N = 32 kernel, which its git blob id proves.
+KT_COPY_CU_BLOB = "09719f5107015c2dc7730f61632c5b955de16294"
+_N_32_BRANCH = b"  } else if (N == 32) {\n    copy_to_gpu_no_ce_impl<32>(input, output);\n"
+
+
+def kt_copy_cu(stock_copy_cu: bytes) -> bytes:
+    """The KT fork's copy.cu (kernels for N = 64 and 72 only) from sgl-kernel's pre-image."""
+    kt = stock_copy_cu.replace(_N_32_BRANCH, b"")
+    blob = hashlib.sha1(b"blob %d\0" % len(kt) + kt).hexdigest()
+    if blob != KT_COPY_CU_BLOB:
+        raise ValueError(f"the KT fork's copy.cu would be blob {blob}, not {KT_COPY_CU_BLOB}")
+    return kt
 
 
 def write_sources(name: str, copy_cu: bytes, build_dir: Path) -> list[Path]:

@@ -2,8 +2,8 @@
 
 Skipped with a reason when no CUDA GPU is visible (CI); scripts/gpu_kernel.sh runs them on
 the device machine. copy_ext.py compiles each copy.cu byte for byte as build/trees holds it
-(the post-image at HEAD of sgl-kernel, the pre-images at `upstream` of sgl-kernel and
-sgl-kernel-kt) beside a registration with sgl-kernel's own schema and dispatch key.
+(the post-image at HEAD of sgl-kernel, its pre-image at `upstream`, and the KT fork's
+copy.cu, which is that pre-image without its N = 32 kernel) beside a registration with sgl-kernel's own schema and dispatch key.
 
 - The patched upstream test file (sgl-kernel/tests/test_copy.py at HEAD) runs against the
   post-image. Stand-in: no sgl-kernel wheel is installed there, so a tiny `sgl_kernel`
@@ -18,7 +18,6 @@ sgl-kernel-kt) beside a registration with sgl-kernel's own schema and dispatch k
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -28,14 +27,13 @@ torch = pytest.importorskip("torch")
 import copy_ext  # noqa: E402
 import kernel_patch as kp  # noqa: E402
 
-from helpers import check_pytest_run, run_pytest, tree_dir  # noqa: E402
+from helpers import check_pytest_run, run_pytest  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(),
     reason="no CUDA GPU visible: GPU tests run on the device machine (scripts/gpu_kernel.sh)",
 )
 INT32 = torch.iinfo(torch.int32)
-KT = "sgl-kernel-kt"
 
 SHIM_INIT = """import os
 import sys
@@ -68,12 +66,9 @@ def post(build_dir):
 
 @pytest.fixture(scope="session")
 def preimages(build_dir):
-    kt = subprocess.run(
-        ["git", "-C", str(tree_dir(KT)), "show", f"upstream:{kp.COPY_CU}"], capture_output=True, check=True
-    ).stdout
     return {
         "stock": copy_ext.build("stock", kp.image("old", kp.COPY_CU), build_dir),
-        "kt": copy_ext.build("kt", kt, build_dir),
+        "kt": copy_ext.build("kt", copy_ext.kt_copy_cu(kp.image("old", kp.COPY_CU)), build_dir),
     }
 
 

@@ -7,6 +7,8 @@
   lines end at;
 - `git apply` of the patches in order onto the pre-image gives the tree's HEAD bytes,
   which the test-only build (copy_ext.py) compiles as they are;
+- the KT fork's copy.cu (blob 09719f51), which the GPU tests build, is the pre-image without its
+  N = 32 kernel;
 - the post-image is clang-format clean (upstream's sgl-kernel/.clang-format, kept here as
   sgl-kernel.clang-format) and the patched test file black/isort clean.
 
@@ -21,6 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import copy_ext
 import kernel_patch as kp
 import pytest
 
@@ -70,6 +73,12 @@ def test_preimage_is_the_buggy_kernel():
         assert new.count(f"std::integral_constant<int, {n}>") == 1, n
     assert len(re.findall(r"dispatch_copy_to_gpu_no_ce\(\s*n,", new)) == 1
     assert "fallback_impl" not in new
+
+
+def test_kt_fork_copy_cu_is_the_preimage_without_n_32():
+    """The GPU tests and caller_bench build the KT fork's kernel from sgl-kernel's pre-image."""
+    kt = copy_ext.kt_copy_cu(kp.image("old", kp.COPY_CU)).decode()
+    assert "copy_to_gpu_no_ce_impl<32>" not in kt and 'TORCH_CHECK(false, "unexpected N");' in kt
 
 
 def test_test_only_build_compiles_the_tree_bytes(tmp_path):

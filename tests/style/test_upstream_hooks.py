@@ -25,7 +25,7 @@ import pytest
 
 from helpers import REPO_ROOT, TREES, side_by_side
 
-TARGETS = ("sglang", "sglang-kt", "sgl-kernel", "sgl-kernel-kt")
+TARGETS = ("sglang", "sglang-kt", "sgl-kernel")
 CLANG_FORMAT_STYLE = REPO_ROOT / "tests" / "kernel" / "sgl-kernel.clang-format"
 CXX_SUFFIXES = {".cu", ".cuh", ".cc", ".cpp", ".h", ".hpp"}
 # codespell's `-L` from upstream's hook plus `[tool.codespell] ignore-words-list` of python/pyproject.toml

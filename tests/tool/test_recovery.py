@@ -296,12 +296,12 @@ def test_ctrl_c_and_sigterm_at_any_moment_are_never_lost(tmp_path: Path) -> None
 
 
 def test_a_subject_another_target_shares_is_not_this_targets_commit(tmp_path: Path) -> None:
-    """A KT-fork-shaped checkout with the fork's port of the sgl-kernel patch applied (target sgl-kernel-kt, same
-    subject as upstream's): upstream's sgl-kernel patch is not `applied` there (no commit of its own), and
-    `revert -t sgl-kernel` removes nothing; `revert -t sgl-kernel-kt` removes the port alone."""
+    """A KT-fork-shaped checkout with a port of the sgl-kernel patch to the fork's own copy applied (a target
+    fork-kernel, same subject as upstream's): upstream's sgl-kernel patch is not `applied` there (no commit of its
+    own), and `revert -t sgl-kernel` removes nothing; `revert -t fork-kernel` removes the port alone."""
     ov = make_fork_overlay(tmp_path)
     fork_kernel = "fork line\n" + KERNEL_CU
-    add_kernel_target(ov, tmp_path, KT_URL, name="sgl-kernel-kt", kernel=fork_kernel)
+    add_kernel_target(ov, tmp_path, KT_URL, name="fork-kernel", kernel=fork_kernel)
     co = make_fork_checkout(ov, tmp_path / "fork", kernel=fork_kernel)
     base = ["--patches", str(ov.patches)]
     applied = cli(*base, "apply", "--checkout", str(co))
@@ -309,13 +309,13 @@ def test_a_subject_another_target_shares_is_not_this_targets_commit(tmp_path: Pa
     status = cli(*base, "status", "--checkout", str(co)).stdout
     kernel_rows = [ln for ln in status.splitlines() if "sgl-kernel/0001" in ln]
     assert kernel_rows and kernel_rows[0].strip().startswith("in (other commit)"), status
-    assert "(by sgl-kernel-kt/0001-" in kernel_rows[0] and "already upstream" not in kernel_rows[0], status
-    assert any(ln.strip().startswith("applied") and "sgl-kernel-kt/0001" in ln for ln in status.splitlines()), status
+    assert "(by fork-kernel/0001-" in kernel_rows[0] and "already upstream" not in kernel_rows[0], status
+    assert any(ln.strip().startswith("applied") and "fork-kernel/0001" in ln for ln in status.splitlines()), status
     before = snapshot(co)
     revert = cli(*base, "revert", "-t", "sgl-kernel", "--checkout", str(co))
     assert revert.returncode == 0 and revert.stdout.startswith("nothing to revert"), revert
     assert snapshot(co) == before
-    revert = cli(*base, "revert", "-t", "sgl-kernel-kt", "--checkout", str(co))
+    revert = cli(*base, "revert", "-t", "fork-kernel", "--checkout", str(co))
     assert revert.returncode == 0 and revert.stdout.startswith("reverted 1"), revert
     subjects = git(co, "log", "--format=%s", "-3").splitlines()
     assert subjects[:2] == ["hook: fix line 5 and model line 30", "model: fix line 10"], subjects

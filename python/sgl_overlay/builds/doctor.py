@@ -184,9 +184,10 @@ def _holds_change(patch: Patch, root: Path, target: Target, reverse: bool = True
     return subproc.run(check, f"checking {root}", check=False, env=ceiling, cwd=root).returncode == 0
 
 
-def check_kernel(data: dict, runner: Finding | None = None) -> list[Finding]:
+def check_kernel(data: dict, runner: Finding | None = None, sent: tuple[int, ...] = ()) -> list[Finding]:
     """The installed sgl_kernel's copy_to_gpu_no_ce: which N it has, and whether the installed DeepGEMM
-    runner (`runner`: its caller patch in, or not) sends only lengths it has; the live copy on a GPU."""
+    runner (`runner`: its caller patch in, or not; `sent`: the lengths the patched one sends) sends only
+    lengths it has; the live copy on a GPU."""
     kernel = data.get("kernel")
     if kernel is None and not any(name in data["dists"] for name in KERNEL_NAMES):
         return []
@@ -198,10 +199,11 @@ def check_kernel(data: dict, runner: Finding | None = None) -> list[Finding]:
         what = f"{name}: which N its copy_to_gpu_no_ce has is not known here"
     else:
         what = f"{name}: copy_to_gpu_no_ce has N = {', '.join(map(str, lengths))} only, others raise `unexpected N`"
-    sent = ", ".join(map(str, routes.RUNNER_LENGTHS))
-    covered = runner is not None and runner.ok and (lengths is None or set(routes.RUNNER_LENGTHS) <= set(lengths))
+    covered = runner is not None and runner.ok and (lengths is None or set(sent) <= set(lengths))
     fix = runner.fix if runner is not None else "install the patched sglang or sglang-kt wheel (its DeepGEMM runner)"
-    findings = [Finding("sgl-kernel", f"{what}; the patched DeepGEMM runner sends N = {sent} only", covered, fix)]
+    if sent:
+        what += f"; the patched DeepGEMM runner sends N = {', '.join(map(str, sent))} only"
+    findings = [Finding("sgl-kernel", what, covered, fix)]
     if data["live"] is not None:
         what = "live N=16 copy on the GPU through the installed DeepGEMM runner"
         findings.append(Finding("sgl-kernel", what, data["live"] is True, f"{data['live']}; reinstall: {fix}"))
@@ -209,7 +211,8 @@ def check_kernel(data: dict, runner: Finding | None = None) -> list[Finding]:
 
 
 def runner_finding(manifest: Manifest, series: Series, info: dict, dist_dir: Path, python: tuple[int, int]) -> Finding:
-    """Is the installed DeepGEMM runner the one the series ships (it sends the counts in 64 or 72)?"""
+    """Is the installed DeepGEMM runner the one the series ships (it sends the counts in lengths the
+    target's released kernels have)?"""
     target = series.target
     final = shipped_changes(series).get(routes.RUNNER)
     names = [p.subject for p in series.patches if routes.RUNNER in map(lambda t: wheel_path_of(target, t), p.touched())]
@@ -280,7 +283,7 @@ def doctor(
     version = tuple(data["version"])
     installed: list[tuple[str, str, str | None]] = []
     findings: list[Finding] = []
-    runner = None
+    runner, sent = None, ()
     for target in wheel_targets:
         info = data["dists"].get(target.dist_name)
         if info is not None:
@@ -289,8 +292,9 @@ def doctor(
             findings += check_python_target(manifest, series, info, dist_dir, version)
             if runner is None:
                 runner = runner_finding(manifest, series, info, dist_dir, version)
+                sent = routes.RUNNER_LENGTHS.get(target.name, ())
     installed += [(k, data["dists"][k]["version"], None) for k in KERNEL_NAMES if k in data["dists"]]
-    findings += check_kernel(data, runner)
+    findings += check_kernel(data, runner, sent)
     kernel_found = any(k in data["dists"] for k in KERNEL_NAMES) or data.get("kernel") is not None
     unchecked = () if kernel_found else KERNEL_NAMES
     return DoctorReport(data["python"], installed, findings, tuple(unchecked))

@@ -1,13 +1,14 @@
 """Which lengths each released kernel's copy_to_gpu_no_ce has, and where the DeepGEMM runner calls it.
 
-The patched runner (sglang 0003, sglang-kt 0002) sends its per-expert counts only in lengths every
-released kernel has (64 and 72), so the fix needs no kernel of its own; these tables say what a stock
-runner would hit with the installed kernel."""
+The patched runner (sglang 0003, sglang-kt 0002) sends its per-expert counts only in lengths the
+target's released kernels have, so the fix needs no kernel of its own; these tables say what a runner
+would hit with the installed kernel."""
 
 from __future__ import annotations
 
 RUNNER = "sglang/srt/layers/moe/moe_runner/deep_gemm.py"  # wheel path of the DeepGEMM MoE runner
-RUNNER_LENGTHS = (64, 72)  # the lengths the patched runner sends
+# The lengths each target's patched runner sends: N itself where it is one of them, else pieces of 64.
+RUNNER_LENGTHS: dict[str, tuple[int, ...]] = {"sglang": (32, 64, 72), "sglang-kt": (64, 72)}
 
 # The exact kernels copy_to_gpu_no_ce has in each released kernel (any other N raises `unexpected N`):
 # the copy_to_gpu_no_ce_impl<N> symbols of sglang-kernel's sm90/ and sm100/ common_ops.abi3.so; for

@@ -27,6 +27,7 @@ _TRAILER = re.compile(r"^([A-Za-z0-9-]+): (.+)$")
 # The forwarding trailers every patch carries (DEP-3's names): a URL, or NOT_YET.
 BUG, FORWARDED = "Bug", "Forwarded"
 NOT_YET = "not-yet"
+NOT_NEEDED = "not-needed"  # a port carried until its target syncs: nothing to send
 # The trailer that says when the patch can go: the upstream change or release after which no pin needs it.
 DROP_WHEN = "Drop-when"
 TRAILERS = (BUG, FORWARDED, DROP_WHEN)  # every patch ends with them; `prs` leaves them out
@@ -60,9 +61,9 @@ class Patch:
 
     @property
     def forwarded(self) -> str:
-        """Where the patch was sent upstream (its `Forwarded:` URL); "" while it was not."""
+        """Where the patch was sent upstream (its `Forwarded:` URL); "" while it was not, or needs not be."""
         sent = self.trailer(FORWARDED)
-        return "" if sent == NOT_YET else sent
+        return "" if sent in (NOT_YET, NOT_NEEDED) else sent
 
     @property
     def drop_when(self) -> str:
