@@ -243,7 +243,7 @@ def add_kernel_target(ov: Overlay, tmp: Path, upstream: str, name: str = "sgl-ke
     work = make_upstream(tmp / f"{name}-work", files={KERNEL: kernel, KERNEL_TEST: KERNEL_TEST_PY})
     write(work, KERNEL, edit_line(kernel, "kernel 15\n", "kernel 15 fixed\n"))
     write(work, KERNEL_TEST, KERNEL_TEST_FIXED)
-    git(work, "commit", "-qam", "sgl-kernel: copy every length")
+    git(work, "commit", "-qam", "sgl-kernel: copy every length", "-m", "Origin: vendor")
     out = ov.patches / name
     out.mkdir()
     git(work, "format-patch", "-q", "--full-index", "-U100000", "-o", str(out), "HEAD~1..HEAD")
