@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # Run the tool as a user would on real clones (docs/real-checkouts.md):
-#   scripts/real_checkouts.sh [-t TARGET] [--hostile] CLONE COMMIT...
+#   scripts/real_checkouts.sh [-t TARGET] [--hostile] [--doc FILE] CLONE COMMIT...
 # For each commit: status, apply, status, revert, apply, revert on a detached checkout,
 # printing each command, its output and exit code. --hostile then adds: status under GIT_DIR
 # (the index must stay byte-identical), two applies at once, and kill -9 of apply at several
-# delays followed by `apply --abort`. CLONE is a throw-away work tree.
+# delays followed by `apply --abort`. CLONE is a throw-away work tree. --doc also writes the
+# transcript (the clone's path shown as <clone>, the overlay's as <overlay>) between FILE's lines
+# `<!-- real_checkouts: begin -->` and `<!-- real_checkouts: end -->`.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 tool=("$here/.venv/bin/sgl-overlay" --patches "$here/patches")
 only=()
 hostile=0
+doc=""
 while [[ ${1:-} == -* ]]; do
   case $1 in
     -t) only=(-t "$2"); shift 2 ;;
     --hostile) hostile=1; shift ;;
+    --doc) doc=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -60,10 +64,37 @@ hostile_runs() {
     same_tree "$commit"
   done
 }
-for commit in "$@"; do
-  git -C "$clone" checkout -q --detach "$commit" && git -C "$clone" reset -q --hard && git -C "$clone" clean -qfd
-  echo "=== $(git -C "$clone" log -1 --format='%h %ad %s' --date=short)"
-  run status; run apply; run status; run revert; run apply; run revert
-  echo "tree back at $commit: $(git -C "$clone" rev-parse --short HEAD), $(git -C "$clone" status --porcelain | wc -l) changed file(s)"
-  if ((hostile)); then hostile_runs "$(git -C "$clone" rev-parse HEAD)"; fi
-done
+runs() {
+  for commit in "$@"; do
+    git -C "$clone" checkout -q --detach "$commit" && git -C "$clone" reset -q --hard && git -C "$clone" clean -qfd
+    echo "=== $(git -C "$clone" log -1 --format='%h %ad %s' --date=short)"
+    run status; run apply; run status; run revert; run apply; run revert
+    echo "tree back at $commit: $(git -C "$clone" rev-parse --short HEAD), $(git -C "$clone" status --porcelain | wc -l) changed file(s)"
+    if ((hostile)); then hostile_runs "$(git -C "$clone" rev-parse HEAD)"; fi
+  done
+}
+if [[ -z $doc ]]; then
+  runs "$@"
+  exit
+fi
+out=$(runs "$@" | sed "s#$clone#<clone>#g; s#$here#<overlay>#g")
+printf '%s\n' "$out"
+origin=$(git -C "$clone" remote get-url origin 2>/dev/null | sed 's#^.*github.com[:/]##; s#\.git$##')
+python3 - "$doc" "$out" "${origin:-a local repository}" "$(git -C "$here" rev-parse --short HEAD)" "${only[*]}" "$@" <<'EOF'
+import datetime
+import sys
+
+path, out, repo, tool, only, *commits = sys.argv[1:]
+begin, end = "<!-- real_checkouts: begin -->", "<!-- real_checkouts: end -->"
+text = open(path, encoding="utf-8").read()
+if begin not in text or end not in text:
+    sys.exit(f"{path} has no {begin} ... {end} lines; add them where the transcript goes")
+head, rest = text.split(begin, 1)
+tail = rest.split(end, 1)[1]
+command = " ".join(["scripts/real_checkouts.sh", *only.split(), "--doc", path, "<clone>", *commits])
+block = (
+    f"{begin}\n`{command}` on a clone of {repo}, {datetime.date.today()}, overlay at `{tool}` "
+    f"(written by the script):\n\n```\n{out}\n```\n{end}"
+)
+open(path, "w", encoding="utf-8").write(head + block + tail)
+EOF

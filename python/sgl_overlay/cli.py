@@ -148,10 +148,10 @@ def cmd_prs(args: argparse.Namespace, ctx: Context) -> int:
     """(maintainers) Write each patch as the pull request upstream would receive: a normal-context mbox and PR.md.
 
     Generated from the verified laid-out trees, by you (git's user.name and user.email where it runs), without
-    the overlay's `Bug:` / `Forwarded:` / `Drop-when:` trailers and `base-commit:`; PR.md is the patch's
-    `<stem>.pr.md`, checked against upstream's template, or REVIEW.md where it is a review of an open pull
-    request (`# Review of owner/repo#N: ...`; the line names the command that posts it). A missing or malformed
-    description writes nothing. Layout: OUT/<target>/<patch stem>/{0001-*.patch,PR.md or REVIEW.md}."""
+    the overlay's `Origin:` / `Bug:` / `Forwarded:` / `Drop-when:` trailers and `base-commit:`; PR.md is the
+    patch's `<stem>.pr.md`, checked against upstream's template, or REVIEW.md where it is a review of an open pull
+    request (`Origin: other, <URL>`; the line names the command that posts it). A port (`Origin: backport, ...`)
+    is listed, not written. A missing or malformed description writes nothing. Layout: OUT/<target>/<patch stem>/{0001-*.patch,PR.md or REVIEW.md}."""
     by = prs.sender(Path.cwd())
     out = (args.out or ctx.trees.parent / "prs").resolve()
     for line in prs.lines(prs.export_prs(ctx.manifest.select(args.target), ctx.trees, out, by)):

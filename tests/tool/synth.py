@@ -85,11 +85,12 @@ def make_overlay(tmp: Path, target: str = "sglang", second: str = "line 30") -> 
     write(work, "python/sglang/model.py", edit_line(MODEL_PY, "line 10\n", "line 10 fixed\n"))
     write(work, "test/test_model.py", "def test_fixed():\n    assert True\n")
     git(work, "add", "-A")
-    git(work, "commit", "-q", "-m", "model: fix line 10", "-m", "Why: it was wrong.\n\nLink: https://example.com/1")
+    message = ("model: fix line 10", "Why: it was wrong.\n\nLink: https://example.com/1\nOrigin: vendor")
+    git(work, "commit", "-q", "-m", message[0], "-m", message[1])
     fixed = (work / "python/sglang/model.py").read_text()
     write(work, "python/sglang/model.py", edit_line(fixed, f"{second}\n", f"{second} fixed\n"))
     write(work, "python/sglang/hook.py", edit_line(HOOK_PY, "hook 5\n", "hook 5 fixed\n"))
-    git(work, "commit", "-q", "-am", "hook: fix line 5 and model line 30")
+    git(work, "commit", "-q", "-am", "hook: fix line 5 and model line 30", "-m", "Origin: vendor")
     patches = tmp / "patches"
     out = patches / target
     out.mkdir(parents=True)
@@ -242,7 +243,7 @@ def add_kernel_target(ov: Overlay, tmp: Path, upstream: str, name: str = "sgl-ke
     work = make_upstream(tmp / f"{name}-work", files={KERNEL: kernel, KERNEL_TEST: KERNEL_TEST_PY})
     write(work, KERNEL, edit_line(kernel, "kernel 15\n", "kernel 15 fixed\n"))
     write(work, KERNEL_TEST, KERNEL_TEST_FIXED)
-    git(work, "commit", "-qam", "sgl-kernel: copy every length")
+    git(work, "commit", "-qam", "sgl-kernel: copy every length", "-m", "Origin: vendor")
     out = ov.patches / name
     out.mkdir()
     git(work, "format-patch", "-q", "--full-index", "-U100000", "-o", str(out), "HEAD~1..HEAD")

@@ -316,7 +316,7 @@ def _new_series(ov, tmp: Path, how: str) -> list[str]:
         git(work, "cherry-pick", second)
     else:
         write(work, "python/sglang/hook.py", edit_line(HOOK_PY, "hook 15\n", "hook 15 fixed\n"))
-        git(work, "commit", "-qam", "hook: fix line 15")
+        git(work, "commit", "-qam", "hook: fix line 15", "-m", "Origin: vendor")
         git(work, "cherry-pick", first, second)
     for old in ov.series:
         old.unlink()

@@ -109,7 +109,7 @@ def test_prs_writes_normal_context_mboxes_and_pr_md_that_reapply_to_the_same_pos
         text = mboxes[0].read_text()
         assert "Subject: [PATCH] " in text and "@@ -" in text
         assert f"\nFrom: {SENDER.name} <{SENDER.email}>\n" in text
-        for leak in ("Bug:", "Forwarded:", "Drop-when:", "base-commit:"):
+        for leak in ("Origin:", "Bug:", "Forwarded:", "Drop-when:", "base-commit:"):
             assert leak not in text, (folder.name, leak)
         pr = (folder / "PR.md").read_text()
         assert pr == _description().replace("\n\n", f"\n\nForwarded upstream as {PULL}.\n\n", 1)
@@ -198,13 +198,28 @@ def test_the_issue_may_be_named_by_its_url_or_fixes(overlay, link, tmp_path):
     _ok(*base, "prs", "--out", str(tmp_path / "out"), env=_sender_env(tmp_path))
 
 
+REVIEWED = "https://github.com/example/sglang/pull/9"
+
+
 def _review(fixes: str = f"See {BUG}.", sections=prs.REVIEW_SECTIONS) -> str:
     body = "".join(f"## {name}\n\n{fixes if name == 'Why' else 'Text.'}\n\n" for name in sections)
     return f"# Review of example/sglang#9: what to change there\n\n{body}"
 
 
+def _retrail(patch: Path, **trailers: str) -> None:
+    """Rewrite the patch file's `Key: value` trailers (`Drop_when` for `Drop-when`); the tree keeps its commits."""
+    text = patch.read_text()
+    for key, value in trailers.items():
+        key = key.replace("_", "-")
+        old = next(line for line in text.splitlines() if line.startswith(f"{key}: "))
+        text = text.replace(f"\n{old}\n", f"\n{key}: {value}\n" if value else "\n", 1)
+    patch.write_text(text)
+
+
 def test_a_review_of_an_open_pull_request_is_written_as_review_md_with_the_command_that_posts_it(overlay, tmp_path):
+    """What makes a patch a review is its `Origin: other, <URL>`: REVIEW.md, posted on that pull request."""
     ov, base, _ = overlay
+    _retrail(ov.series[1], Origin=f"other, {REVIEWED}")
     ov.series[1].with_suffix(".pr.md").write_text(_review())
     out = tmp_path / "out"
     lines = _ok(*base, "prs", "--out", str(out), env=_sender_env(tmp_path)).splitlines()
@@ -221,7 +236,7 @@ def test_a_review_of_an_open_pull_request_is_written_as_review_md_with_the_comma
 def test_a_review_not_yet_sent_names_the_command_that_posts_it(overlay, tmp_path):
     ov, base, tree = overlay
     patch = ov.series[1]
-    patch.write_text(patch.read_text().replace(f"Forwarded: {PULL}", "Forwarded: not-yet"))
+    _retrail(patch, Origin=f"other, {REVIEWED}", Forwarded="not-yet")
     patch.with_suffix(".pr.md").write_text(_review())
     out = tmp_path / "out"
     base = [*base[:-1], str(tmp_path / "trees3")]
@@ -245,13 +260,79 @@ def test_a_review_not_yet_sent_names_the_command_that_posts_it(overlay, tmp_path
 )
 def test_a_malformed_review_is_refused_with_one_line(overlay, tmp_path, text, says):
     ov, base, _ = overlay
+    _retrail(ov.series[1], Origin=f"other, {REVIEWED}")
     ov.series[1].with_suffix(".pr.md").write_text(text)
     line = one_error(cli(*base, "prs", "--out", str(tmp_path / "out"), env=_sender_env(tmp_path)))
     assert says in line, line
 
 
+def test_a_review_title_on_a_pull_request_of_ours_and_a_pr_title_on_a_review_are_refused(overlay, tmp_path):
+    ov, base, _ = overlay
+    description = ov.series[1].with_suffix(".pr.md")
+    description.write_text(_review())
+    env = _sender_env(tmp_path)
+    line = one_error(cli(*base, "prs", "--out", str(tmp_path / "out"), env=env))
+    assert line.endswith(
+        f"{description}: first line '# Review of example/sglang#9: what to change there' is not a pull-request "
+        "title; write it as `# [Area] Title`"
+    )
+    _retrail(ov.series[1], Origin=f"other, {REVIEWED}")
+    description.write_text(_description())
+    line = one_error(cli(*base, "prs", "--out", str(tmp_path / "out"), env=env))
+    assert line.endswith(
+        f"{description}: first line '# [Model] Fix line 10' is not a review's title; write it as `# Review of <what "
+        "it proposes>`"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_port_is_listed_not_written_as_a_pull_request(overlay, tmp_path):
+    """`Origin: backport, <source>` with `Forwarded: not-needed`: one line naming what it carries; no folder, and
+    no description is needed."""
+    ov, base, _ = overlay
+    _retrail(ov.series[1], Origin="backport, sglang/0004-eplb.patch", Forwarded="not-needed")
+    ov.series[1].with_suffix(".pr.md").unlink()
+    out = tmp_path / "out"
+    lines = _ok(*base, "prs", "--out", str(out), env=_sender_env(tmp_path)).splitlines()
+    assert lines[1] == (
+        f"port sglang/{ov.series[1].name}: carries sglang/0004-eplb.patch, no pull request; drop when: sglang 1.1 "
+        "has it"
+    )
+    assert sorted(p.name for p in (out / "sglang").iterdir()) == [ov.series[0].stem]
+
+
+ORIGIN_NEXT = (
+    "; its message's trailers start with `Origin: vendor` (a pull request we send), `Origin: other, <pull request "
+    "URL>` (a review of it) or `Origin: backport, <what it ports>` (with `Forwarded: not-needed`, only there): "
+    "reword its commit and `sgl-overlay export`"
+)
+
+
+@pytest.mark.parametrize(
+    ("trailers", "has"),
+    [
+        ({"Origin": ""}, "no `Origin:` trailer"),
+        ({"Origin": "upstream"}, "`Origin: upstream`, which is no kind of patch"),
+        ({"Origin": "vendor, https://e.com/1"}, "`Origin: vendor, https://e.com/1`"),
+        ({"Origin": "other"}, "`Origin: other`"),
+        ({"Origin": "other, example/sglang#9"}, "`Origin: other, example/sglang#9`"),
+        ({"Origin": "backport"}, "`Origin: backport`"),
+        ({"Origin": "backport, sglang/0004-eplb.patch"}, f"`Origin: backport` with `Forwarded: {PULL}`"),
+        ({"Forwarded": "not-needed"}, "`Origin: vendor` with `Forwarded: not-needed`"),
+    ],
+)
+def test_a_missing_or_malformed_origin_is_refused_with_one_line_and_nothing_written(overlay, tmp_path, trailers, has):
+    ov, base, _ = overlay
+    _retrail(ov.series[1], **trailers)
+    out = tmp_path / "out"
+    assert one_error(cli(*base, "prs", "--out", str(out), env=_sender_env(tmp_path))) == (
+        f"{ov.series[1]} has {has}{ORIGIN_NEXT}"
+    )
+    assert not out.exists()
+
+
 def test_strip_trailers_keeps_other_trailers_and_drops_an_emptied_paragraph():
-    msg = b"subject\n\nbody\n\nLink: x\nBug: y\nForwarded: z\nDrop-when: w\n"
+    msg = b"subject\n\nbody\n\nLink: x\nOrigin: vendor\nBug: y\nForwarded: z\nDrop-when: w\n"
     assert prs.strip_trailers(msg) == b"subject\n\nbody\n\nLink: x\n"
     assert prs.strip_trailers(b"subject\n\nbody\n\nBug: y\nForwarded: z\nDrop-when: w\n") == b"subject\n\nbody\n"
     assert prs.strip_trailers(b"Bug: not a trailer, the subject\n") == b"Bug: not a trailer, the subject\n"

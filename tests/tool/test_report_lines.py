@@ -24,17 +24,23 @@ from sgl_overlay.engine.operations import (
     Uncommitted,
     upstream_of,
 )
-from sgl_overlay.engine.series import PreimageMismatch
+from sgl_overlay.engine.series import Kind, PreimageMismatch
 from sgl_overlay.engine.states import PatchStatus, Standing, State
 from sgl_overlay.engine.transaction import AmStop, Left, Leftover, who
 from sgl_overlay.errors import OverlayError
 from sgl_overlay.maint import export, pins
 
 CO = Path("/co")
-P1 = SimpleNamespace(
-    label="sglang/0001-a.patch", applied_upstream="", forwarded="https://example.com/pull/1", drop_when="a"
-)
-P2 = SimpleNamespace(label="sglang/0002-b.patch", applied_upstream="", forwarded="", drop_when="")
+
+
+def _patch(label: str, forwarded: str, drop_when: str, origin=(Kind.PR, ""), applied_upstream: str = ""):
+    """What a row reads of a patch."""
+    fields = dict(label=label, applied_upstream=applied_upstream, forwarded=forwarded, drop_when=drop_when)
+    return SimpleNamespace(**fields, origin=lambda: origin)
+
+
+P1 = _patch("sglang/0001-a.patch", "https://example.com/pull/1", "a")
+P2 = _patch("sglang/0002-b.patch", "", "")
 DIFFERS = PreimageDiffers("sglang", PreimageMismatch("python/sglang/a.py", "aaaa", "bbbb"))
 SHA = "0123456789abcdef0123"
 FORK = Aside(folder="sgl-kernel", project="kvcache-ai/sglang", upstream="sgl-project/sglang")
@@ -62,20 +68,27 @@ def test_status_lines():
         "note: 3 file(s) have uncommitted changes (1 touched by the patches; first: python/sglang/a.py): the states "
         "below read the working files, not HEAD; apply and revert refuse until they are committed or stashed",
         "sglang in /co:",
-        "  applied              sglang/0001-a.patch  (0123456789ab)  upstream: not applied, forwarded as "
+        "  applied              sglang/0001-a.patch  (0123456789ab)  pr; upstream: not applied, forwarded as "
         "https://example.com/pull/1; left: its review and merge there; drop when: a",
-        "  conflicting          sglang/0002-b.patch  (x:1)  upstream: not applied, not forwarded; left: open its pull "
-        "request (`sgl-overlay prs` writes it)",
+        "  conflicting          sglang/0002-b.patch  (x:1)  pr; upstream: not applied, not forwarded; left: open its "
+        "pull request (`sgl-overlay prs` writes it)",
         f"sgl-kernel in /co (optional here: {WHY}; only `-t sgl-kernel` applies it):",
-        "  applicable           sglang/0001-a.patch  upstream: not applied, forwarded as https://example.com/pull/1; "
-        "left: its review and merge there; drop when: a",
+        "  applicable           sglang/0001-a.patch  pr; upstream: not applied, forwarded as "
+        "https://example.com/pull/1; left: its review and merge there; drop when: a",
         "warning: sglang: pre-image differs: python/sglang/a.py: expected blob aaaa, found bbbb",
     ]
     assert not report.ok  # a required patch conflicts; the optional target's state does not count
-    merged = SimpleNamespace(
-        label="sglang/0001-a.patch", applied_upstream="0.5.24", forwarded="https://e.com/pull/1", drop_when="a"
+    merged = _patch("sglang/0001-a.patch", "https://e.com/pull/1", "a", applied_upstream="0.5.24")
+    assert upstream_of(merged) == "pr; drop: upstream since 0.5.24"
+    review = (Kind.REVIEW, "https://github.com/o/r/pull/9")
+    assert upstream_of(_patch("k/0001-a.patch", "", "", review)) == (
+        "review of https://github.com/o/r/pull/9; upstream: not applied, not forwarded; left: post the review "
+        "(`sgl-overlay prs` writes it)"
     )
-    assert upstream_of(merged) == "drop: upstream since 0.5.24"
+    assert upstream_of(_patch("k/0001-a.patch", "", "r 1.1", (Kind.PORT, "sglang/0004-e.patch"))) == (
+        "port of sglang/0004-e.patch; upstream: carried until the target has it; left: nothing to send; drop when: "
+        "r 1.1"
+    )
     assert StatusReport(CO, None, None, [TargetStatus("k", FORK, [PatchStatus(P1, State.ABSENT)])], []).ok
 
 

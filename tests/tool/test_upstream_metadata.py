@@ -1,4 +1,4 @@
-"""Where each patch stands upstream: no author, `Bug:` / `Forwarded:` / `Drop-when:` trailers, `base-commit:`, the
+"""Where each patch stands upstream: no author, `Origin:` / `Bug:` / `Forwarded:` / `Drop-when:` trailers, `base-commit:`, the
 manifest's `applied_upstream`, and a patch that no longer changes its pinned tree."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from sgl_overlay.engine.manifest import load_manifest
-from sgl_overlay.engine.series import BUG, FORWARDED, NO_AUTHOR, NOT_NEEDED, NOT_YET, Series, read_patch
+from sgl_overlay.engine.series import BUG, FORWARDED, NO_AUTHOR, NOT_NEEDED, NOT_YET, Kind, Series, read_patch
 from synth import MODEL_PY, Overlay, blob, cli, clone, edit_line, git, make_overlay, one_error, pin_wheel, snapshot
 
 REPO_PATCHES = Path(__file__).resolve().parents[2] / "patches"
@@ -46,9 +46,11 @@ def test_no_patch_names_an_author_and_each_says_where_it_stands_upstream():
         trailers = {}
         for patch in series.patches:
             assert patch.author == NO_AUTHOR, (patch.label, patch.author)
-            for key, words in ((BUG, (NOT_YET,)), (FORWARDED, (NOT_YET, NOT_NEEDED))):
+            kind, source = patch.origin()  # one of the three kinds, well-formed
+            assert kind is not Kind.PORT or (target.patch_dir.parent / source).is_file() or URL.fullmatch(source)
+            for key in (BUG, FORWARDED):
                 value = patch.trailer(key)
-                assert value in words or URL.fullmatch(value), (patch.label, key, value)
+                assert value in (NOT_YET, NOT_NEEDED) or URL.fullmatch(value), (patch.label, key, value)
             assert len(patch.drop_when) > 20, (patch.label, patch.drop_when)  # says which upstream change
             trailers[patch.path.name] = (patch.trailer(BUG), patch.trailer(FORWARDED), patch.drop_when)
         for variant in target.matrix.variants:
@@ -65,8 +67,8 @@ def test_export_writes_no_author_trailers_and_base_commit_and_reexports_byte_for
     ov, base, tree = _laid_out(tmp_path)
     before = snapshot(ov.patches)
     missing = (
-        "sglang: the message of 0001-model-fix-line-10.patch has no `{key}:` trailer; end it with `Bug: <issue "
-        "URL>`, `Forwarded: <pull request URL>` (`not-yet` where there is none) and `Drop-when: <the upstream "
+        "sglang: the message of 0001-model-fix-line-10.patch has no `{key}:` trailer; end it with `Origin: vendor` "
+        "(or `other, <pull request URL>`, `backport, <what it ports>`), `Bug: <issue URL>`, `Forwarded: <pull request URL>` (`not-yet` where there is none) and `Drop-when: <the upstream "
         "change or release that makes it unneeded>` (`git rebase -i upstream`, reword), then export again"
     )
     assert one_error(cli(*base, "export")) == missing.format(key="Bug")
@@ -143,7 +145,7 @@ def test_status_says_when_each_patch_can_go_and_once_upstream_holds_it_that_it_c
     rows = [line for line in _ok(*status).splitlines() if ".patch" in line]
     assert [row.split()[0] for row in rows] == ["applicable", "applicable"]
     assert rows[0].endswith(
-        "upstream: not applied, not forwarded; left: open its pull request (`sgl-overlay prs` writes it); "
+        "pr; upstream: not applied, not forwarded; left: open its pull request (`sgl-overlay prs` writes it); "
         f"drop when: {drop_when[0]}"
     )
     assert rows[1].endswith(f"; drop when: {drop_when[1]}")
@@ -155,7 +157,7 @@ def test_status_says_when_each_patch_can_go_and_once_upstream_holds_it_that_it_c
     _ok(*base, "apply", "--checkout", str(checkout))
     rows = [line for line in _ok(*status).splitlines() if ".patch" in line]
     assert rows[0].startswith("  applied ") and rows[0].endswith(
-        f"{ov.series[0].name}  ({git(checkout, 'rev-parse', 'HEAD~1')[:12]})  drop: upstream since sglang 1.1 "
+        f"{ov.series[0].name}  ({git(checkout, 'rev-parse', 'HEAD~1')[:12]})  pr; drop: upstream since sglang 1.1 "
         "(https://e.com/pull/8)"
     )
     assert rows[1].endswith(f"; drop when: {drop_when[1]}")

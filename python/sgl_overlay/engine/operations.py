@@ -13,7 +13,7 @@ from pathlib import Path
 from sgl_overlay.engine import gitutil, records, subproc, transaction
 from sgl_overlay.engine.checkout import Aside, Checkout, ensure_hooks_run, ensure_writable
 from sgl_overlay.engine.manifest import Target
-from sgl_overlay.engine.series import Patch, PreimageMismatch, check_preimages
+from sgl_overlay.engine.series import Kind, Patch, PreimageMismatch, check_preimages
 from sgl_overlay.engine.states import (
     BLOCKED,
     IN,
@@ -158,15 +158,21 @@ def _older_version(label: str, made_from: str) -> str:
 
 
 def upstream_of(patch: Patch) -> str:
-    """Where upstream stands on a patch (the manifest's `applied_upstream`, else its `Forwarded:` trailer), what
-    is left to do there and when the series can drop it (its `Drop-when:` trailer)."""
+    """What the patch is (its `Origin:`: pr, review of a pull request, port of a change), where upstream stands on
+    it (the manifest's `applied_upstream`, else its `Forwarded:` trailer), what is left to do there and when the
+    series can drop it (its `Drop-when:` trailer)."""
+    kind, source = patch.origin()
+    what = kind.name.lower() + (f" of {source}" if source else "")
     if patch.applied_upstream:
-        return f"drop: upstream since {patch.applied_upstream}"
-    if patch.forwarded:
+        return f"{what}; drop: upstream since {patch.applied_upstream}"
+    if kind is Kind.PORT:
+        where = "upstream: carried until the target has it; left: nothing to send"
+    elif patch.forwarded:
         where = f"upstream: not applied, forwarded as {patch.forwarded}; left: its review and merge there"
     else:
-        where = "upstream: not applied, not forwarded; left: open its pull request (`sgl-overlay prs` writes it)"
-    return where + (f"; drop when: {patch.drop_when}" if patch.drop_when else "")
+        left = "post the review" if kind is Kind.REVIEW else "open its pull request"
+        where = f"upstream: not applied, not forwarded; left: {left} (`sgl-overlay prs` writes it)"
+    return f"{what}; {where}" + (f"; drop when: {patch.drop_when}" if patch.drop_when else "")
 
 
 def status(co: Checkout) -> StatusReport:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from email.header import decode_header, make_header
 from email.parser import HeaderParser
+from enum import Enum
 from pathlib import Path
 
 import unidiff
@@ -24,13 +25,25 @@ _INDEX = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)")
 # What `git format-patch --base` writes after the diff: the commit the series applies to.
 _BASE = re.compile(r"^base-commit: ([0-9a-f]{40})$", re.M)
 _TRAILER = re.compile(r"^([A-Za-z0-9-]+): (.+)$")
-# The forwarding trailers every patch carries (DEP-3's names): a URL, or NOT_YET.
+_PULL = re.compile(r"https://github\.com/[\w.-]+/[\w.-]+/pull/\d+")
+# What the patch is (DEP-3's `Origin:`): `vendor`, `other, <pull request URL>` or `backport, <what it ports>`.
+ORIGIN = "Origin"
+# The forwarding trailers every patch carries (DEP-3's names): a URL, NOT_YET, or NOT_NEEDED (a port's).
 BUG, FORWARDED = "Bug", "Forwarded"
-NOT_YET = "not-yet"
-NOT_NEEDED = "not-needed"  # a port carried until its target syncs: nothing to send
+NOT_YET, NOT_NEEDED = "not-yet", "not-needed"
 # The trailer that says when the patch can go: the upstream change or release after which no pin needs it.
 DROP_WHEN = "Drop-when"
-TRAILERS = (BUG, FORWARDED, DROP_WHEN)  # every patch ends with them; `prs` leaves them out
+TRAILERS = (ORIGIN, BUG, FORWARDED, DROP_WHEN)  # every patch ends with them, in this order; `prs` leaves them out
+
+
+class Kind(Enum):
+    """What a patch is, by its `Origin:` word."""
+
+    PR = "vendor"  # a pull request we send
+    REVIEW = "other"  # a review of another author's open pull request (`Origin: other, <its URL>`)
+    PORT = "backport"  # an upstream change carried until the target has it (`Origin: backport, <source>`)
+
+
 # Every patch's From: (what `export` writes): the series names no author. git am needs a name and takes an
 # empty address; `sgl-overlay prs` writes each pull request as its sender instead.
 NO_AUTHOR_NAME, NO_AUTHOR_EMAIL = "unattributed", ""
@@ -61,9 +74,34 @@ class Patch:
 
     @property
     def forwarded(self) -> str:
-        """Where the patch was sent upstream (its `Forwarded:` URL); "" while it was not, or needs not be."""
+        """Where the patch was sent upstream (its `Forwarded:` URL); "" while it was not, or for a port."""
         sent = self.trailer(FORWARDED)
         return "" if sent in (NOT_YET, NOT_NEEDED) else sent
+
+    @property
+    def kind(self) -> Kind:
+        return self.origin()[0]
+
+    def origin(self) -> tuple[Kind, str]:
+        """What the patch is (its `Origin:` trailer) and what that names: the reviewed pull request's URL, the
+        change a port carries, "" for a pull request of ours. Refused with one line where it is missing or
+        malformed, or where `Forwarded: not-needed` is not exactly on a port."""
+        word, _, source = (part.strip() for part in self.trailer(ORIGIN).partition(","))
+        kind = next((k for k in Kind if k.value == word), None)
+        problem = ""
+        if kind is None:
+            problem = f"no `{ORIGIN}:` trailer" if not word else f"`{ORIGIN}: {word}`, which is no kind of patch"
+        elif (kind is Kind.PR) != (not source) or (kind is Kind.REVIEW and not _PULL.fullmatch(source)):
+            problem = f"`{ORIGIN}: {self.trailer(ORIGIN)}`"
+        elif (kind is Kind.PORT) != (self.trailer(FORWARDED) == NOT_NEEDED):
+            problem = f"`{ORIGIN}: {word}` with `{FORWARDED}: {self.trailer(FORWARDED)}`"
+        if problem:
+            raise OverlayError(
+                f"{self.path} has {problem}; its message's trailers start with `{ORIGIN}: vendor` (a pull request "
+                f"we send), `{ORIGIN}: other, <pull request URL>` (a review of it) or `{ORIGIN}: backport, <what it "
+                f"ports>` (with `{FORWARDED}: {NOT_NEEDED}`, only there): reword its commit and `sgl-overlay export`"
+            )
+        return kind, source
 
     @property
     def drop_when(self) -> str:

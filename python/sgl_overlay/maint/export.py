@@ -15,6 +15,7 @@ from sgl_overlay.engine.series import (
     NO_AUTHOR_EMAIL,
     NO_AUTHOR_NAME,
     NOT_YET,
+    ORIGIN,
     TRAILERS,
     mail_parts,
 )
@@ -70,6 +71,7 @@ def export_series(target: Target, tree: Path) -> list[tuple[Path, bool]]:
             if missing:
                 raise OverlayError(
                     f"{target.name}: the message of {p.name} has no `{missing[0]}:` trailer; end it with "
+                    f"`{ORIGIN}: vendor` (or `other, <pull request URL>`, `backport, <what it ports>`), "
                     f"`{BUG}: <issue URL>`, `{FORWARDED}: <pull request URL>` (`{NOT_YET}` where there is none) and "
                     f"`{DROP_WHEN}: <the upstream change or release that makes it unneeded>` (`git rebase -i "
                     f"{BASE_TAG}`, reword), then export again"

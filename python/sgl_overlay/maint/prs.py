@@ -1,9 +1,10 @@
 """The pull requests upstream would receive: each patch of a series as a normal-context `git format-patch`
 mbox by its sender (the git identity of the checkout `prs` runs in), without the overlay's trailers and
 `base-commit:`, beside its description `PR.md` (the patch's `<stem>.pr.md`, checked against the sections of
-upstream's pull-request template), or `REVIEW.md` where the description is a review of another author's open
-pull request (what to change there, the mbox being the change proposed); where upstream main moved the patch's
-folder (checkout.MOVES), the same mbox at the new place under `main/`."""
+upstream's pull-request template), or `REVIEW.md` where the patch is a review of another author's open pull
+request (`Origin: other, <its URL>`: what to change there, the mbox being the change proposed); where upstream
+main moved the patch's folder (checkout.MOVES), the same mbox at the new place under `main/`. A port
+(`Origin: backport, ...`) is no pull request: it is listed, nothing written."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from sgl_overlay.builds.verify import require_verified
 from sgl_overlay.engine import gitutil, scratch
 from sgl_overlay.engine.checkout import MOVES, Placement, repo_name
 from sgl_overlay.engine.manifest import Target
-from sgl_overlay.engine.series import BUG, TRAILERS, Patch, Series
+from sgl_overlay.engine.series import BUG, TRAILERS, Kind, Patch, Series
 from sgl_overlay.errors import OverlayError
 
 UPSTREAM_CONTEXT = "-U3"  # what upstream reviews: the stored sgl-kernel series carries whole files
@@ -40,9 +41,9 @@ SECTIONS = {
     ),
 }
 TITLE = re.compile(r"# \[[^\]\n]+\] \S.*")
-# A description that reviews an open upstream pull request instead of opening one: `# Review of
-# [owner/repo]#N: what it proposes`, then these sections (a review comment has no template upstream).
-REVIEW_TITLE = re.compile(r"# Review of (?:([\w.-]+/[\w.-]+))?#(\d+): \S.*")
+# The description of a review of an open upstream pull request (its patch's `Origin: other, <URL>`): `# Review
+# of <what it proposes>`, then these sections (a review comment has no template upstream).
+REVIEW_TITLE = re.compile(r"# Review of \S.*")
 REVIEW_SECTIONS = ("What to change", "Why", "Tests", "Numbers")
 REVIEW = "REVIEW.md"  # what `prs` writes for a review, in place of PR.md
 _HEADING = re.compile(r"^## (.+?)\s*$", re.M)
@@ -86,6 +87,16 @@ class PullRequest:
 
 
 @dataclass(frozen=True)
+class Port:
+    """A patch of the series that carries an upstream change (`Origin: backport, <source>`): no pull request."""
+
+    target: str
+    patch: str
+    source: str
+    drop_when: str
+
+
+@dataclass(frozen=True)
 class Description:
     """A patch's checked `.pr.md`: its text, and the pull request it reviews (None: it opens its own)."""
 
@@ -102,8 +113,8 @@ def sections_of(target: Target) -> tuple[str, ...]:
 
 
 def check_description(target: Target, patch: Patch) -> Description:
-    """The patch's description, refused when it is missing or not in the shape of upstream's template (or of
-    a review of an open pull request)."""
+    """The patch's description, refused when it is missing or not in the shape of upstream's template (or, for
+    a review, `Origin: other, <pull request URL>`, of a review)."""
     path = description_of(target, patch.path.name)
     try:
         text = path.read_text(encoding="utf-8")
@@ -114,12 +125,15 @@ def check_description(target: Target, patch: Patch) -> Description:
         ) from None
     first = text.partition("\n")[0]
     own = repo_name(target.upstream)
-    review = REVIEW_TITLE.fullmatch(first)
-    if not review and not TITLE.fullmatch(first):
-        raise OverlayError(
-            f"{path}: first line {first!r} is not a pull-request title; write it as `# [Area] Title` (or, for a "
-            "review of an open pull request, `# Review of owner/repo#N: what it proposes`)"
+    kind, source = patch.origin()
+    review = kind is Kind.REVIEW
+    if not (REVIEW_TITLE if review else TITLE).fullmatch(first):
+        shape = (
+            "a review's title; write it as `# Review of <what it proposes>`"
+            if review
+            else ("a pull-request title; write it as `# [Area] Title`")
         )
+        raise OverlayError(f"{path}: first line {first!r} is not {shape}")
     want, found = REVIEW_SECTIONS if review else sections_of(target), tuple(_HEADING.findall(text))
     if found != want:
         shape = "a review" if review else "upstream's template"
@@ -133,11 +147,12 @@ def check_description(target: Target, patch: Patch) -> Description:
         raise OverlayError(f"{path}: section `## {empty[0]}` is empty; say what it asks for")
     bug = patch.trailer(BUG)
     m = _ISSUE.fullmatch(bug)
-    if m and not _links(text, m.group(1), m.group(2), own, bug, bool(review)):
+    if m and not _links(text, m.group(1), m.group(2), own, bug, review):
         name = "#" + bug.rsplit("/", 1)[1] if m.group(1) == own else bug
         add = f"`{name}` to `## Why`" if review else f"`Fixes {name}` to `## Motivation`"
         raise OverlayError(f"{path} does not name the issue its patch fixes ({bug}); add {add}")
-    return Description(text, (review.group(1) or own, int(review.group(2))) if review else None)
+    pull = _ISSUE.fullmatch(source)
+    return Description(text, (pull.group(1), int(pull.group(2))) if pull else None)
 
 
 def _links(text: str, repo: str, number: str, own: str, url: str, review: bool) -> bool:
@@ -149,8 +164,8 @@ def _links(text: str, repo: str, number: str, own: str, url: str, review: bool) 
 
 
 def strip_trailers(message: bytes) -> bytes:
-    """A commit message without the overlay's `Bug:` / `Forwarded:` / `Drop-when:` lines (nor a closing
-    paragraph they leave empty)."""
+    """A commit message without the overlay's `Origin:` / `Bug:` / `Forwarded:` / `Drop-when:` lines (nor a
+    closing paragraph they leave empty)."""
     paragraphs = message.decode("utf-8").rstrip("\n").split("\n\n")
     if len(paragraphs) > 1:
         last = [
@@ -220,25 +235,35 @@ def pr_text(description: str, forwarded: str) -> str:
     return f"{title}\n\n{_forwarded(forwarded)}\n{rest}"
 
 
-def export_prs(targets: list[Target], trees: Path, out: Path, by: Sender) -> list[PullRequest]:
-    """Write `out/<target>/<patch stem>/` per patch: its `-U3` mbox by the sender, PR.md (REVIEW.md for a review)
-    and, where main moved its folder, the mbox at the new place in `main/`. Every description is checked and every
-    tree verified before anything is written; each target's folder is replaced whole."""
-    descriptions = {}
+def export_prs(targets: list[Target], trees: Path, out: Path, by: Sender) -> list[PullRequest | Port]:
+    """Write `out/<target>/<patch stem>/` per patch but a port: its `-U3` mbox by the sender, PR.md (REVIEW.md for
+    a review) and, where main moved its folder, the mbox at the new place in `main/`. Every description is checked
+    and every tree verified before anything is written; each target's folder is replaced whole."""
+    descriptions: dict[tuple[str, str], tuple[Description, str] | Port] = {}
     for target in targets:
         for patch in Series.read(target).patches:
-            descriptions[target.name, patch.path.name] = (check_description(target, patch), patch.forwarded)
+            kind, source = patch.origin()
+            descriptions[target.name, patch.path.name] = (
+                Port(target.name, patch.path.name, source, patch.drop_when)
+                if kind is Kind.PORT
+                else (check_description(target, patch), patch.forwarded)
+            )
     commits = {t.name: upstream_commits(t, trees / t.name, by) for t in targets}
-    made: list[PullRequest] = []
+    made: list[PullRequest | Port] = []
     with scratch.folder("prs") as tmp:
         for target in targets:
             tree = trees / target.name
+            (Path(tmp) / target.name).mkdir(parents=True)
             for name, commit in zip(target.patches, commits[target.name]):
+                entry = descriptions[target.name, name]
+                if isinstance(entry, Port):
+                    made.append(entry)
+                    continue
                 folder = Path(tmp) / target.name / Path(name).stem
                 gitutil.git(
                     tree, "format-patch", "-q", UPSTREAM_CONTEXT, "--no-signature", "-o", str(folder), "-1", commit
                 )
-                described, forwarded = descriptions[target.name, name]
+                described, forwarded = entry
                 body = pr_text(described.text, forwarded)
                 (folder / (REVIEW if described.reviews else "PR.md")).write_text(body, encoding="utf-8")
                 files, added, removed = _numstat(tree, commit)
@@ -254,11 +279,16 @@ def export_prs(targets: list[Target], trees: Path, out: Path, by: Sender) -> lis
     return made
 
 
-def lines(made: list[PullRequest]) -> list[str]:
+def lines(made: list[PullRequest | Port]) -> list[str]:
     """One line per exported pull request (or review): its folder, title, files and lines at normal context, and
-    for a review the command that posts it."""
+    for a review the command that posts it; one per port: what it carries and when it goes."""
     result = []
     for pr in made:
+        if isinstance(pr, Port):
+            result.append(
+                f"port {pr.target}/{pr.patch}: carries {pr.source}, no pull request; drop when: {pr.drop_when}"
+            )
+            continue
         line = f"wrote {pr.folder}/: {pr.title} ({len(pr.files)} file(s), +{pr.added} -{pr.removed})"
         if pr.forwarded:
             line += f"; {'sent' if pr.reviews else 'open'} upstream as {pr.forwarded}"
