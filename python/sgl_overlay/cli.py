@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sgl_overlay import __version__
 from sgl_overlay.builds import doctor, fetch, tree, wheels
-from sgl_overlay.builds.places import places
+from sgl_overlay.builds.places import Places, places
 from sgl_overlay.builds.verify import verify_tree
 from sgl_overlay.engine import gitutil, operations, scratch, subproc, transaction
 from sgl_overlay.engine.checkout import Checkout, detect
@@ -34,10 +34,20 @@ class Context:
     """What every command gets: the manifest and the folders the global options name."""
 
     manifest: Manifest
-    root: Path  # the repository the patches/ folder sits in
-    trees: Path
-    cache: Path
+    at: Places  # the repository the patches/ folder sits in, the trees, the wheel cache
     series: dict[str, Series]  # those the start of the run read (pins.check), by target name
+
+    @property
+    def root(self) -> Path:
+        return self.at.root
+
+    @property
+    def trees(self) -> Path:
+        return self.at.trees
+
+    @property
+    def cache(self) -> Path:
+        return self.at.cache
 
     def series_of(self, target: Target) -> Series:
         return self.series.get(target.name) or Series.read(target)
@@ -368,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         # pins and export rewrite what the check refuses; every other command goes on with the series it read
         read = {} if args.func in (cmd_pins, cmd_export) else pins.check(manifest)
         at = places(manifest.path, args.trees, args.cache)
-        return _finish(args, args.func(args, Context(manifest, at.root, at.trees, at.cache, read)))
+        return _finish(args, args.func(args, Context(manifest, at, read)))
     except OverlayError as exc:
         _failed(str(exc))
         return exc.exit_code
