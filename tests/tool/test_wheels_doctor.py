@@ -293,6 +293,23 @@ BAD_MANIFESTS = {
         lambda t: re.sub(r'patches = \[("[^"]+")', r"patches = [\1, \1", t),
         r"target 'sglang' lists patch 0001-[\w-]+\.patch twice; a series applies each patch once",
     ),
+    "patches not a list": (
+        lambda t: re.sub(r"patches = \[.*\]", "patches = 7", t),
+        r"manifest\.toml: target 'sglang': `patches` is 7, not a list of strings; fix that key",
+    ),
+    "a NUL in a patch name": (
+        lambda t: t.replace('patches = ["', 'patches = ["x\\u0000', 1),
+        r"manifest\.toml: target 'sglang': `patches` names 'x\\x000001-[\w-]+\.patch', which is not a file in "
+        r"patches/sglang/",
+    ),
+    "a patch name that leaves patches/": (
+        lambda t: t.replace('patches = ["', 'patches = ["../../x.patch", "', 1),
+        r"manifest\.toml: target 'sglang': `patches` names '\.\./\.\./x\.patch', which is not a file in patches/sglang/",
+    ),
+    "invalid local_version": (
+        lambda t: t.replace("schema = 1\n", 'schema = 1\nlocal_version = "not valid!"\n'),
+        r"manifest\.toml: `local_version` is 'not valid!', not a PEP 440 local version label",
+    ),
     "no schema": (
         lambda t: t.replace("schema = 1\n", ""),
         r"manifest\.toml lacks `schema = 1`; add that line at its top",
