@@ -125,6 +125,18 @@ def operation_in_progress(repo: Path) -> str | None:
     return next((name for name in GIT_OPERATIONS if (gd / name).exists()), None)
 
 
+def worktrees_on(repo: Path, branch: str) -> list[Path]:
+    """The worktrees of `repo`'s repository that have `branch` checked out (those whose folder is gone aside)."""
+    found, path = [], None
+    for line in out(repo, "worktree", "list", "--porcelain").splitlines():
+        key, _, value = line.partition(" ")
+        if key == "worktree":
+            path = Path(value)
+        elif key == "branch" and value == branch and path is not None and path.exists():
+            found.append(path)
+    return found
+
+
 def changed_files(repo: Path) -> list[str]:
     """Tracked paths whose working file (or staged entry) differs from HEAD, deletions included."""
     names = git(repo, "diff", "--name-only", "--no-renames", "-z", "HEAD").stdout

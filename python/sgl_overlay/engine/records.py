@@ -3,6 +3,7 @@ name decided by its identity (pid, that pid's start time, host), never by a pid 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -16,7 +17,7 @@ from sgl_overlay.errors import OverlayError
 # The records' format. A journal of another format is refused (its fields could mean something else);
 # a lock without one is an older version's, whose pid and start still name its run.
 VERSION = 2
-SHA = re.compile(r"^[0-9a-f]{40}$")
+SHA = re.compile(r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")  # a SHA-1 or SHA-256 object id
 _JOURNAL_LISTS = ("targets", "subjects", "paths", "blobs", "made", "done")
 
 
@@ -209,5 +210,9 @@ def read_commits(common: Path, repo: Path) -> dict[str, str]:
     return made
 
 
-def write_commits(common: Path, made: dict[str, str]) -> None:
-    write(common / COMMITS, {"version": VERSION, "commits": made})
+def add_commits(common: Path, repo: Path, made: dict[str, str]) -> None:
+    """Add the commits `apply` made to the record, as one change among the worktrees' (an entry is never dropped:
+    a commit the tool made stays its own, in whichever worktree holds it)."""
+    with open(common / f"{COMMITS}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another worktree's apply adding its own at the same time waits
+        write(common / COMMITS, {"version": VERSION, "commits": {**read_commits(common, repo), **made}})
