@@ -111,8 +111,8 @@ def cmd_check(args: argparse.Namespace, ctx: Context) -> int:
 def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     """List each patch's state in a checkout (exit 1 if a required one cannot go in).
 
-    Each patch is applied, applicable, applicable (3-way), conflicting, in (other commit), already upstream or
-    target file absent, read from the files (uncommitted working files included); the tree is not touched.
+    Each patch is applied, applied (older), applicable, applicable (3-way), conflicting, in (other commit),
+    already upstream or target file absent, read from the files (uncommitted working files included); the tree is not touched.
     Beside it: where upstream stands and when the series can drop it (`drop: upstream since X` once the
     manifest's applied_upstream names the release X that holds it)."""
     return _print_each(operations.status(co) for co in ctx.checkouts(args))
@@ -388,12 +388,21 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as a shell would
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
+    except UnicodeEncodeError as exc:  # what a file holds is read as bytes or UTF-8: this is the output's encoding
+        _failed(
+            f"cannot print {exc.object[exc.start : exc.end]!r} in the output's encoding {exc.encoding} (set by "
+            "PYTHONIOENCODING or the locale); run with PYTHONIOENCODING=utf-8"
+        )
+        return 1
     except UnicodeError as exc:
         _failed(f"a file is not valid text ({exc}); restore it from git")
         return 1
     except OSError as exc:
-        _failed(_os_error(exc))
+        _failed(_STANDS + (exc.strerror or str(exc)) if subproc.completed() else _os_error(exc))
         return 1
+
+
+_STANDS = "the change completed and stands (`sgl-overlay status` shows it), but its report could not be written: "
 
 
 def _failed(line: str) -> None:

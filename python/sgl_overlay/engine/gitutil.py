@@ -73,6 +73,13 @@ def toplevel(path: Path) -> Path:
                 f"{path} is a bare repository (no working tree to patch); pass a checkout of it: "
                 f"`git clone {path} DIR`, then `--checkout DIR`"
             )
+        dot_git = path / ".git"
+        if dot_git.is_file():  # a worktree's or submodule's pointer to its git directory
+            line = dot_git.read_text(errors="replace").strip().splitlines()[:1] or [""]
+            raise OverlayError(
+                f"{dot_git} says `{line[0]}`, which is no git directory git can use; fix that line (`git worktree "
+                "repair` for a moved worktree), or clone the repository again"
+            )
         raise OverlayError(
             f"not a git directory: {path}; pass the root of a git checkout of {PROJECTS} (or run `sgl-overlay fetch`)"
         )

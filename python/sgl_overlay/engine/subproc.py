@@ -219,6 +219,10 @@ def failure_reason(proc: subprocess.CompletedProcess) -> str:
 
     err = [line for line in lines(proc.stderr) if not line.startswith(("hint:", "note:"))]
     errors = [line.removeprefix("× ") for line in err if line.startswith(("ERROR:", "× "))]
+    if proc.returncode < 0:  # killed by a signal: name it (SIGXFSZ: the file size limit, `ulimit -f`)
+        sig = signal.Signals(-proc.returncode)
+        limit = " (the file size limit: `ulimit -f`)" if sig == signal.SIGXFSZ else ""
+        return f"killed by {sig.name}{limit}"
     return (errors or err or lines(proc.stdout) or [f"exit {proc.returncode}"])[-1]
 
 
