@@ -6,10 +6,27 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import tarfile
 from pathlib import Path
 
-from synth import IDENT, cli, clone, git, kill_inside_am, make_overlay, one_error, snapshot, write
+import pytest
+
+from synth import (
+    IDENT,
+    PARK,
+    cli,
+    clone,
+    git,
+    hook,
+    kill_inside_am,
+    make_overlay,
+    one_error,
+    snapshot,
+    spawn,
+    wait_for,
+    write,
+)
 
 DATE = {"GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
 
@@ -100,3 +117,28 @@ def test_a_second_abort_while_one_runs_is_refused(tmp_path: Path) -> None:
     assert (co / ".git" / "sgl-overlay-journal.json").read_bytes() == journal
     assert "rolled back the killed" in cli(*base, "apply", "--abort", "--checkout", str(co)).stdout
     assert snapshot(co) == before
+
+
+@pytest.mark.parametrize("state", ["prepared", "committed"])
+def test_a_revert_killed_inside_its_git_reset_is_rolled_back(tmp_path: Path, state: str) -> None:
+    """SIGKILL while `git reset` moves HEAD (its reference-transaction hook holds it): the files it wrote before
+    (`prepared`), or HEAD already below the overlay's commits (`committed`), are the run's: --abort rolls back.
+    (The checkout's files are not the pinned pre-images, as in a fork: what the reset writes is no blob the
+    patches name.)"""
+    base, co = _setup(tmp_path)
+    for rel in ("python/sglang/model.py", "python/sglang/hook.py"):
+        write(co, rel, "# fork\n" + (co / rel).read_text())
+    git(co, "commit", "-qam", "fork")
+    assert cli(*base, "apply", "--checkout", str(co)).returncode == 0
+    applied = snapshot(co)
+    marker = tmp_path / "parked"
+    hook(co, "reference-transaction", f'cat >/dev/null\nif [ "$1" = {state} ]; then\n{PARK.format(marker=marker)}fi\n')
+    proc = spawn(*base, "revert", "--checkout", str(co))
+    wait_for(marker, proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    wait_for(Path(f"{marker}.done"))  # git, ended with the tool, is gone
+    (co / ".git" / "hooks" / "reference-transaction").unlink()
+    abort = cli(*base, "apply", "--abort", "--checkout", str(co))
+    assert abort.returncode == 0 and abort.stdout.startswith("rolled back the killed `sgl-overlay revert`"), abort
+    assert snapshot(co) == applied

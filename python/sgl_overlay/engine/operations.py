@@ -571,8 +571,12 @@ def revert(co: Checkout) -> RevertReport:
             paths += filter(
                 None, gitutil.out(co.path, "diff-tree", "--no-commit-id", "--name-only", "-r", "-z", c).split("\0")
             )
+        on_top = set(top) == set(commits)
+        if on_top:  # what `git reset` writes: the files as they are below the overlay's commits
+            below = gitutil.git(co.path, "ls-tree", "-r", "-z", f"HEAD~{len(commits)}", "--", *paths).stdout
+            blobs += [entry.split()[2] for entry in below.split("\0") if entry]
         with transaction.Change(co.path, "revert", list(st), subjects, paths, blobs) as change:
-            if set(top) == set(commits):
+            if on_top:
                 gitutil.git(co.path, "reset", "-q", "--hard", f"HEAD~{len(commits)}")
                 how = "reset"
             else:

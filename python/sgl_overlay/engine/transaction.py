@@ -464,7 +464,8 @@ def _refuse_changes_since(repo: Path, info: dict, journal: Path, lock: Path) -> 
     branch = gitutil.git(repo, "symbolic-ref", "-q", "HEAD", check=False).stdout.strip() or None
     if branch != info["branch"]:
         raise _branch_since(repo, run, branch, info["branch"], journal, lock, head)
-    if gitutil.git(repo, "merge-base", "--is-ancestor", head, "HEAD", check=False).returncode != 0:
+    ahead = gitutil.git(repo, "merge-base", "--is-ancestor", head, "HEAD", check=False).returncode == 0
+    if not ahead and not _reset_by_revert(repo, info):
         raise _branch_since(repo, run, gitutil.head(repo), head, journal, lock, head)
     foreign = _foreign_commits(repo, info)
     if foreign:
@@ -479,6 +480,14 @@ def _refuse_changes_since(repo: Path, info: dict, journal: Path, lock: Path) -> 
             "too: nothing was rolled back; to keep your version, copy it aside; then `git checkout HEAD -- "
             f"{' '.join(files)}` there and abort again"
         )
+
+
+def _reset_by_revert(repo: Path, info: dict) -> bool:
+    """HEAD is where the killed revert's `git reset` took it: below HEAD before, by the commits it removed."""
+    if info["command"] != "revert":
+        return False
+    removed = gitutil.git(repo, "log", "--format=%s", f"HEAD..{info['head']}", check=False)
+    return removed.returncode == 0 and all(f'Revert "{s}"' in info["subjects"] for s in removed.stdout.splitlines())
 
 
 def _branch_since(
