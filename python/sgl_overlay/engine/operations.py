@@ -20,6 +20,7 @@ from sgl_overlay.engine.states import (
     PENDING,
     Content,
     PatchStatus,
+    ScratchIndex,
     Standing,
     State,
     content_of,
@@ -325,6 +326,18 @@ def _writes(co: Checkout, names: list[str] | None = None) -> tuple[list[str], li
     return paths, blobs
 
 
+def _merged(repo: Path, to_apply: list[tuple[Path, tuple[str, ...]]], paths: list[str]) -> list[str]:
+    """The blobs `git am -3` writes for the patches, each applied on what the ones before it leave (a 3-way merge
+    makes blobs no `index` line names): what a killed apply may leave in the files besides those."""
+    found = []
+    with ScratchIndex(repo) as scratch:
+        for patch, flags in to_apply:
+            if scratch.apply(patch, *flags).returncode != 0:
+                scratch.apply(patch, *flags, "--3way")
+            found += [b for b in map(scratch.blob, paths) if b]
+    return found
+
+
 def _refuse_untracked(co: Checkout, name: str, patches: list[Patch]) -> None:
     """A file a patch adds must not be there already as a user's untracked file (`git am` would stop)."""
     where = co.placement(name).path
@@ -480,6 +493,7 @@ def apply(co: Checkout, strict: bool = False) -> ApplyReport:
         targets = [t.name for t in co.required]
         subjects = [r.patch.subject for t in co.required for r in sv.rows[t.name]]
         paths, blobs = _writes(co)
+        blobs += _merged(co.path, to_apply, paths)
         labels = [f"{p.parent.name}/{p.name}" for p, _ in to_apply]
 
         def record(made: list[str]) -> None:  # the commits it made, in order: the tool's, for status and revert
