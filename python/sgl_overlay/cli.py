@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import io
 import os
 import signal
 import sys
@@ -371,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     before a change completes they roll it back (exit 130); after, they end the run with it standing."""
     try:
         subproc.catch_signals()
+        if isinstance(sys.stdout, io.TextIOWrapper):  # a path of other bytes than UTF-8 is printed as its bytes
+            sys.stdout.reconfigure(errors="surrogateescape")
         scratch.sweep()
         args = build_parser().parse_args(argv)
         manifest = load_manifest(args.patches)
@@ -390,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + signal.SIGPIPE
     except UnicodeEncodeError as exc:  # what a file holds is read as bytes or UTF-8: this is the output's encoding
         _failed(
-            f"cannot print {exc.object[exc.start : exc.end]!r} in the output's encoding {exc.encoding} (set by "
+            f"cannot print {ascii(exc.object[exc.start : exc.end])} in the output's encoding {exc.encoding} (set by "
             "PYTHONIOENCODING or the locale); run with PYTHONIOENCODING=utf-8"
         )
         return 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 from pathlib import Path
@@ -26,6 +27,10 @@ def test_each_line_names_the_true_cause(tmp_path: Path) -> None:
     other = clone(ov.upstream, tmp_path / "chéckout")
     line = one_error(cli(*base, "status", "--checkout", str(other), env={"PYTHONIOENCODING": "ascii"}))
     assert line.startswith("cannot print '\\xe9' in the output's encoding ascii"), line
+    # a path of other bytes than UTF-8: read and printed as its bytes (it was "no commit yet")
+    odd = clone(ov.upstream, tmp_path / os.fsdecode(b"x\xff"))
+    proc = subprocess.run([*TOOL, *base, "status", "--checkout", str(odd)], capture_output=True)
+    assert proc.returncode == 0 and proc.stdout.startswith(b"sglang in " + os.fsencode(odd) + b":\n"), proc
     # a report that cannot be written after the change completed: it stands, and the line says so
     with open("/dev/full", "w") as full:
         proc = subprocess.run(

@@ -233,7 +233,7 @@ def narrow_context(patch: Patch, dest: Path) -> Path:
     after = gitutil.out(work, "write-tree")
     narrowed = dest / patch.path.name
     diff = gitutil.git(work, "diff-tree", "-p", f"-U{NARROW_CONTEXT}", "--full-index", before, after).stdout
-    narrowed.write_text(diff)
+    narrowed.write_text(diff, errors="surrogateescape")  # (git's bytes, as read)
     return narrowed
 
 
@@ -313,7 +313,10 @@ def _same_target(label: str, patch: Patch) -> bool:
 def _diff_of(repo: Path, commit: str, dest: Path) -> Path:
     """The change `commit` made, as a patch file in `dest`."""
     path = dest / f"{commit}.diff"
-    path.write_text(gitutil.out(repo, "diff-tree", "-p", "--full-index", "--binary", "--no-commit-id", commit) + "\n")
+    path.write_text(
+        gitutil.out(repo, "diff-tree", "-p", "--full-index", "--binary", "--no-commit-id", commit) + "\n",
+        errors="surrogateescape",
+    )
     return path
 
 

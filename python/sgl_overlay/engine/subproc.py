@@ -291,7 +291,13 @@ def _run(
 ) -> subprocess.CompletedProcess:
     """subprocess.run with the output captured, watched while it runs when a watcher is registered."""
     text = not isinstance(input, bytes)
-    options = {"text": text, "errors": "replace" if text else None, "cwd": cwd, "env": env, "preexec_fn": _PREEXEC}
+    options = {
+        "text": text,
+        "errors": "surrogateescape" if text else None,
+        "cwd": cwd,
+        "env": env,
+        "preexec_fn": _PREEXEC,
+    }
     if not _watchers:
         return subprocess.run(argv, capture_output=True, input=input, **options)
     pipes = {
