@@ -4,6 +4,7 @@ stock and patched envs; bad wheel pins."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ from synth import (
     KERNEL_TEST,
     KERNEL_TEST_PY,
     MODEL_PY,
+    Overlay,
     add_kernel_target,
     cli,
     clone,
@@ -317,18 +319,23 @@ BAD_MANIFESTS = {
 }
 
 
+@pytest.fixture(scope="module")
+def two_wheels(tmp_path_factory: pytest.TempPathFactory) -> Overlay:
+    """An overlay pinning two wheels (the cache beside its patches/), made once for every bad-manifest case."""
+    tmp = tmp_path_factory.mktemp("two-wheels")
+    ov = make_overlay(tmp)
+    wheels = {f"sglang-1.0-{tag}-none-any.whl": {"sglang/model.py": MODEL_PY} for tag in (NATIVE, OTHER)}
+    pin_wheels(ov, tmp / "cache", wheels)
+    return ov
+
+
 @pytest.mark.parametrize("name", list(BAD_MANIFESTS))
-def test_bad_manifest(tmp_path: Path, name: str) -> None:
+def test_bad_manifest(tmp_path: Path, name: str, two_wheels: Overlay) -> None:
     edit, message = BAD_MANIFESTS[name]
-    ov = make_overlay(tmp_path)
-    pin_wheels(
-        ov,
-        tmp_path / "cache",
-        {f"sglang-1.0-{tag}-none-any.whl": {"sglang/model.py": MODEL_PY} for tag in (NATIVE, OTHER)},
-    )
-    manifest = ov.patches / "manifest.toml"
+    patches = shutil.copytree(two_wheels.patches, tmp_path / "patches")
+    manifest = patches / "manifest.toml"
     manifest.write_text(edit(manifest.read_text()))
-    proc = cli("--patches", str(ov.patches), "--cache", str(tmp_path / "cache"), "fetch", "--offline")
+    proc = cli("--patches", str(patches), "--cache", str(two_wheels.patches.parent / "cache"), "fetch", "--offline")
     err = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(err) == 1, proc.stderr
     assert re.search(message, err[0]), err[0]
