@@ -60,7 +60,8 @@ def out_bytes(repo: Path, *args: str, env: dict[str, str] | None = None, input: 
 def toplevel(path: Path) -> Path:
     if not path.exists():
         raise OverlayError(f"{path} does not exist; pass the root of a git checkout")
-    proc = git(path, "rev-parse", "--show-cdup", check=False)  # `../..`: no path of other bytes than UTF-8 to decode
+    # --show-toplevel fails outside a working tree; --show-cdup (`../..`) is the top without bytes to decode
+    proc = git(path, "rev-parse", "--show-toplevel", "--show-cdup", check=False)
     if proc.returncode != 0:
         ensure_git_runs()
         if "dubious ownership" in proc.stderr:  # another user owns it: git refuses to read it
@@ -83,7 +84,7 @@ def toplevel(path: Path) -> Path:
         raise OverlayError(
             f"not a git directory: {path}; pass the root of a git checkout of {PROJECTS} (or run `sgl-overlay fetch`)"
         )
-    return (path / proc.stdout.strip()).resolve()
+    return (path / proc.stdout.split("\n")[1]).resolve()
 
 
 def ensure_git_runs() -> None:
