@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -261,9 +262,19 @@ MALFORMED_JOURNALS = {
 }
 
 
+@pytest.fixture(scope="module")
+def killed_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding patches/ and a checkout whose apply was killed inside `git am`: made once, copied by each
+    case that only reads its journal."""
+    tmp = tmp_path_factory.mktemp("killed")
+    _killed(tmp)
+    return tmp
+
+
 @pytest.mark.parametrize("kind", list(MALFORMED_JOURNALS))
-def test_a_malformed_journal_is_one_line_and_nothing_touched(tmp_path: Path, kind: str) -> None:
-    base, co, _ = _killed(tmp_path)
+def test_a_malformed_journal_is_one_line_and_nothing_touched(tmp_path: Path, kind: str, killed_once: Path) -> None:
+    copy = shutil.copytree(killed_once, tmp_path / "copy", symlinks=True)
+    base, co = ["--patches", str(copy / "patches")], copy / "checkout"
     journal = co / ".git" / JOURNAL
     text = MALFORMED_JOURNALS[kind](co)
     journal.write_bytes(text.encode(errors="surrogateescape"))
