@@ -4,6 +4,7 @@ at `edit`, a `git revert` of one overlay commit), and a newer series that change
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -45,9 +46,18 @@ LEFT = {  # how the user leaves the series -> the states git's history says (the
 }
 
 
+@pytest.fixture(scope="module")
+def three_applied(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding patches/ and a checkout with the three patches applied: made once, copied per case."""
+    tmp = tmp_path_factory.mktemp("three")
+    _three_patches(tmp)
+    return tmp
+
+
 @pytest.mark.parametrize("how", list(LEFT))
-def test_a_series_left_part_way(tmp_path: Path, how: str) -> None:
-    base, co = _three_patches(tmp_path)
+def test_a_series_left_part_way(tmp_path: Path, how: str, three_applied: Path) -> None:
+    copy = shutil.copytree(three_applied, tmp_path / "copy", symlinks=True)
+    base, co = ["--patches", str(copy / "patches")], copy / "checkout"
     args, count = LEFT[how]
     git(co, *args)
     if count is None:  # where bisect stopped: the overlay's commits HEAD holds
