@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import io
 import os
 import signal
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from sgl_overlay import __version__
 from sgl_overlay.builds import doctor, fetch, tree, wheels
-from sgl_overlay.builds.places import places
+from sgl_overlay.builds.places import Places, places
 from sgl_overlay.builds.verify import verify_tree
 from sgl_overlay.engine import gitutil, operations, scratch, subproc, transaction
 from sgl_overlay.engine.checkout import Checkout, detect
@@ -34,10 +35,20 @@ class Context:
     """What every command gets: the manifest and the folders the global options name."""
 
     manifest: Manifest
-    root: Path  # the repository the patches/ folder sits in
-    trees: Path
-    cache: Path
+    at: Places  # the repository the patches/ folder sits in, the trees, the wheel cache
     series: dict[str, Series]  # those the start of the run read (pins.check), by target name
+
+    @property
+    def root(self) -> Path:
+        return self.at.root
+
+    @property
+    def trees(self) -> Path:
+        return self.at.trees
+
+    @property
+    def cache(self) -> Path:
+        return self.at.cache
 
     def series_of(self, target: Target) -> Series:
         return self.series.get(target.name) or Series.read(target)
@@ -101,8 +112,8 @@ def cmd_check(args: argparse.Namespace, ctx: Context) -> int:
 def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
     """List each patch's state in a checkout (exit 1 if a required one cannot go in).
 
-    Each patch is applied, applicable, applicable (3-way), conflicting, in (other commit), already upstream or
-    target file absent, read from the files (uncommitted working files included); the tree is not touched.
+    Each patch is applied, applied (older), applicable, applicable (3-way), conflicting, in (other commit),
+    already upstream or target file absent, read from the files (uncommitted working files included); the tree is not touched.
     Beside it: where upstream stands and when the series can drop it (`drop: upstream since X` once the
     manifest's applied_upstream names the release X that holds it)."""
     return _print_each(operations.status(co) for co in ctx.checkouts(args))
@@ -361,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     before a change completes they roll it back (exit 130); after, they end the run with it standing."""
     try:
         subproc.catch_signals()
+        if isinstance(sys.stdout, io.TextIOWrapper):  # a path of other bytes than UTF-8 is printed as its bytes
+            sys.stdout.reconfigure(errors="surrogateescape")
         scratch.sweep()
         args = build_parser().parse_args(argv)
         manifest = load_manifest(args.patches)
@@ -368,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         # pins and export rewrite what the check refuses; every other command goes on with the series it read
         read = {} if args.func in (cmd_pins, cmd_export) else pins.check(manifest)
         at = places(manifest.path, args.trees, args.cache)
-        return _finish(args, args.func(args, Context(manifest, at.root, at.trees, at.cache, read)))
+        return _finish(args, args.func(args, Context(manifest, at, read)))
     except OverlayError as exc:
         _failed(str(exc))
         return exc.exit_code
@@ -378,12 +391,21 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as a shell would
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
+    except UnicodeEncodeError as exc:  # what a file holds is read as bytes or UTF-8: this is the output's encoding
+        _failed(
+            f"cannot print {ascii(exc.object[exc.start : exc.end])} in the output's encoding {exc.encoding} (set by "
+            "PYTHONIOENCODING or the locale); run with PYTHONIOENCODING=utf-8"
+        )
+        return 1
     except UnicodeError as exc:
         _failed(f"a file is not valid text ({exc}); restore it from git")
         return 1
     except OSError as exc:
-        _failed(_os_error(exc))
+        _failed(_STANDS + (exc.strerror or str(exc)) if subproc.completed() else _os_error(exc))
         return 1
+
+
+_STANDS = "the change completed and stands (`sgl-overlay status` shows it), but its report could not be written: "
 
 
 def _failed(line: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -206,6 +207,8 @@ def test_an_older_versions_journal_is_refused_with_steps_that_keep_the_users_wor
         del data[key]
     journal.write_text(json.dumps(data))
     write(co, "python/pyproject.toml", (co / "python/pyproject.toml").read_text() + "# my edit\n")
+    write(co, "notes.txt", "mine\n")
+    git(co, "add", "notes.txt")  # staged after the kill: the steps keep it
     before = snapshot(co)
     for args in COMMANDS:
         line = _refusal(cli(*base, *args, "--checkout", str(co)), args)
@@ -215,13 +218,21 @@ def test_an_older_versions_journal_is_refused_with_steps_that_keep_the_users_wor
         assert f"`git reset --keep {head[:12]}`" in line and f"`rm {journal} {co / '.git' / LOCK}`" in line, line
         assert snapshot(co) == before
     if (co / ".git" / "rebase-apply").exists():
-        git(co, "am", "--abort")
+        git(co, "am", "--quit")
     git(co, "reset", "-q", "--keep", head)
+    restore = line.split("`git restore ")[1].split("`")[0].split()
+    git(co, "restore", *restore)
+    if "`git rm -q --cached" in line:  # the files the run added
+        added = line.split("`git rm -q --cached --ignore-unmatch -- ")[1].split(";")[0].split()
+        git(co, "rm", "-q", "--cached", "--ignore-unmatch", "--", *added)
+        for rel in added:
+            (co / rel).unlink()
     journal.unlink()
     (co / ".git" / LOCK).unlink(missing_ok=True)
     assert (co / "python/pyproject.toml").read_text().endswith("# my edit\n")
     assert git(co, "rev-parse", "HEAD") == head
-    assert git(co, "status", "--porcelain") == "M python/pyproject.toml"
+    assert git(co, "status", "--porcelain").splitlines() == ["M python/pyproject.toml", "?? notes.txt"]  # (stripped)
+    assert (co / "notes.txt").read_text() == "mine\n"  # (`git am --abort` would have deleted it)
 
 
 def _refusal(proc: subprocess.CompletedProcess, args: list[str]) -> str:
@@ -251,9 +262,19 @@ MALFORMED_JOURNALS = {
 }
 
 
+@pytest.fixture(scope="module")
+def killed_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding patches/ and a checkout whose apply was killed inside `git am`: made once, copied by each
+    case that only reads its journal."""
+    tmp = tmp_path_factory.mktemp("killed")
+    _killed(tmp)
+    return tmp
+
+
 @pytest.mark.parametrize("kind", list(MALFORMED_JOURNALS))
-def test_a_malformed_journal_is_one_line_and_nothing_touched(tmp_path: Path, kind: str) -> None:
-    base, co, _ = _killed(tmp_path)
+def test_a_malformed_journal_is_one_line_and_nothing_touched(tmp_path: Path, kind: str, killed_once: Path) -> None:
+    copy = shutil.copytree(killed_once, tmp_path / "copy", symlinks=True)
+    base, co = ["--patches", str(copy / "patches")], copy / "checkout"
     journal = co / ".git" / JOURNAL
     text = MALFORMED_JOURNALS[kind](co)
     journal.write_bytes(text.encode(errors="surrogateescape"))

@@ -78,7 +78,8 @@ def fetch_wheel(target: Target, cache: Path, offline: bool, log: Log, pin: Pinne
     if not cached:
         if offline:
             raise OverlayError(
-                f"{pin.file} is not in the cache {cache} and --offline was given; run `sgl-overlay fetch` online once"
+                f"{pin.file} is not in the wheel cache {cache}, and this command reads only the cache; run "
+                "`sgl-overlay fetch` (online) first"
             )
         log(f"fetch {target.name}: downloading {target.requirement} ({pin.file})")
         got = download(target.requirement, pin.file, cache)

@@ -150,8 +150,8 @@ def _packed(made: Path) -> Path:
 
 
 def build_from_checkout(co: Checkout, out_dir: Path, local_version: str) -> Path:
-    """Upstream's own build of python/ in a checkout whose overlay series is fully in, its version
-    carrying the overlay's local label; whatever the build writes in the checkout is removed after."""
+    """Upstream's own build of python/ as HEAD holds it (a git worktree of HEAD: only committed files), in a
+    checkout whose overlay series is fully in, its version carrying the overlay's local label."""
     checkout, source = co.path, co.path / "python"
     projects = [t for t in co.required if t.layout]
     if not projects:
@@ -173,16 +173,17 @@ def build_from_checkout(co: Checkout, out_dir: Path, local_version: str) -> Path
             f"{pending.patch.label} is {pending.state.value} in {checkout}; run `sgl-overlay apply --checkout "
             f"{checkout}` first"
         )
-    if not os.access(source, os.W_OK):
+    if gitutil.read_only(checkout):
         raise OverlayError(
-            f"{source} is read-only and upstream's build writes build/ and *.egg-info there; build from a writable "
-            "copy of the checkout"
+            f"{checkout} is read-only: `wheels --checkout` builds its HEAD in a git worktree it adds there for the "
+            f"build; build from a writable clone (`git clone {checkout} DIR`)"
         )
     out_dir.mkdir(parents=True, exist_ok=True)
-    left = _untracked(checkout)
-    try:
-        with scratch.folder("pip-wheel") as tmp:
-            build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", tmp, source]
+    with scratch.folder("pip-wheel") as tmp:
+        head = Path(tmp) / "head"  # HEAD's files as git has them: no untracked, ignored or build file of the checkout
+        gitutil.git(checkout, "-c", "core.hooksPath=/dev/null", "worktree", "add", "-q", "--detach", str(head), "HEAD")
+        try:
+            build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", tmp, head / "python"]
             proc = subproc.run(build, f"building {source} with upstream's build", check=False)
             if proc.returncode != 0:
                 raise OverlayError(f"upstream's build of {source} failed: {_build_failure(proc)}")
@@ -190,19 +191,8 @@ def build_from_checkout(co: Checkout, out_dir: Path, local_version: str) -> Path
             if not made:
                 raise OverlayError(f"pip wheel produced no wheel from {source}")
             return _labelled(made[0], out_dir, local_version, source)
-    finally:
-        for rel in _untracked(checkout) - left:  # what the build wrote (build/, *.egg-info)
-            target = checkout / rel
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target, ignore_errors=True)
-            else:
-                target.unlink(missing_ok=True)
-
-
-def _untracked(repo: Path) -> set[str]:
-    """Untracked and ignored paths (folders as one entry), as `git status` lists them."""
-    listed = gitutil.git(repo, "status", "--porcelain", "-z", "--ignored", "--untracked-files=normal").stdout
-    return {e[3:].rstrip("/") for e in listed.split("\0") if e[:2] in ("??", "!!")}
+        finally:
+            gitutil.git(checkout, "worktree", "remove", "--force", str(head), check=False)
 
 
 def _build_failure(proc: subprocess.CompletedProcess) -> str:

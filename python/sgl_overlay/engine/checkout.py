@@ -199,6 +199,14 @@ def ensure_writable(co: Checkout) -> None:
             f"{co.path} is read-only (git cannot write its objects): apply and revert cannot change it; make it "
             "writable, or work in a writable clone (`git clone` it), then try again"
         )
+    branch = gitutil.git(co.path, "symbolic-ref", "-q", "HEAD", check=False).stdout.strip()
+    other = next((w for w in gitutil.worktrees_on(co.path, branch) if w != co.path), None) if branch else None
+    if other is not None:
+        raise OverlayError(
+            f"branch {branch.removeprefix('refs/heads/')} of {co.path} is also checked out in {other}: a change here "
+            f"would move it under that worktree's files; switch one of them to a branch of its own (`git -C {other} "
+            "switch -c NAME`), then try again"
+        )
     busy = gitutil.operation_in_progress(co.path)
     if busy:
         what, ends = gitutil.GIT_OPERATIONS[busy]

@@ -60,7 +60,8 @@ def out_bytes(repo: Path, *args: str, env: dict[str, str] | None = None, input: 
 def toplevel(path: Path) -> Path:
     if not path.exists():
         raise OverlayError(f"{path} does not exist; pass the root of a git checkout")
-    proc = git(path, "rev-parse", "--show-toplevel", check=False)
+    # --show-toplevel fails outside a working tree; --show-cdup (`../..`) is the top without bytes to decode
+    proc = git(path, "rev-parse", "--show-toplevel", "--show-cdup", check=False)
     if proc.returncode != 0:
         ensure_git_runs()
         if "dubious ownership" in proc.stderr:  # another user owns it: git refuses to read it
@@ -73,10 +74,17 @@ def toplevel(path: Path) -> Path:
                 f"{path} is a bare repository (no working tree to patch); pass a checkout of it: "
                 f"`git clone {path} DIR`, then `--checkout DIR`"
             )
+        dot_git = path / ".git"
+        if dot_git.is_file():  # a worktree's or submodule's pointer to its git directory
+            line = dot_git.read_text(errors="replace").strip().splitlines()[:1] or [""]
+            raise OverlayError(
+                f"{dot_git} says `{line[0]}`, which is no git directory git can use; fix that line (`git worktree "
+                "repair` for a moved worktree), or clone the repository again"
+            )
         raise OverlayError(
             f"not a git directory: {path}; pass the root of a git checkout of {PROJECTS} (or run `sgl-overlay fetch`)"
         )
-    return Path(proc.stdout.strip())
+    return (path / proc.stdout.split("\n")[1]).resolve()
 
 
 def ensure_git_runs() -> None:
@@ -123,6 +131,18 @@ def operation_in_progress(repo: Path) -> str | None:
     """The file of the half-finished git operation (GIT_OPERATIONS), or None."""
     gd = git_dir(repo)
     return next((name for name in GIT_OPERATIONS if (gd / name).exists()), None)
+
+
+def worktrees_on(repo: Path, branch: str) -> list[Path]:
+    """The worktrees of `repo`'s repository that have `branch` checked out (those whose folder is gone aside)."""
+    found, path = [], None
+    for line in out(repo, "worktree", "list", "--porcelain").splitlines():
+        key, _, value = line.partition(" ")
+        if key == "worktree":
+            path = Path(value)
+        elif key == "branch" and value == branch and path is not None and path.exists():
+            found.append(path)
+    return found
 
 
 def changed_files(repo: Path) -> list[str]:

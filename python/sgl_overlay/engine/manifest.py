@@ -11,7 +11,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from sgl_overlay.errors import OverlayError, UsageError
 
@@ -142,13 +142,18 @@ def _pinned_wheels(where: str, raw: dict, kind: Kind) -> tuple[PinnedWheel, ...]
     if "wheel" in raw and "wheels" in raw:
         raise OverlayError(f"{where} has both `wheel` and `wheels`; keep one ({SEE_DESIGN})")
     entries = [{"file": raw["wheel"], "sha256": raw.get("sha256", "")}] if "wheel" in raw else raw.get("wheels", [])
+    if not (isinstance(entries, list) and all(isinstance(e, dict) for e in entries)):
+        raise _wrong(where, "wheels", entries, "a list of { file, sha256 } tables")
     pins = []
     for entry in entries:
         try:
-            pin = PinnedWheel(file=entry["file"], sha256=entry["sha256"])
+            pin = PinnedWheel(file=_text(where, entry, "file"), sha256=_text(where, entry, "sha256"))
             _, version, _, _ = parse_wheel_filename(pin.file)
-        except KeyError as exc:
-            raise OverlayError(f"{where}: a pinned wheel lacks key {exc.args[0]!r}; {SEE_DESIGN}") from None
+        except OverlayError as exc:
+            if "lacks key" not in str(exc):
+                raise
+            key = "file" if "file" not in entry else "sha256"
+            raise OverlayError(f"{where}: a pinned wheel lacks key {key!r}; {SEE_DESIGN}") from None
         except InvalidWheelFilename as exc:
             raise OverlayError(f"{where}: {exc}") from None
         if version != Version(str(raw["version"])):
@@ -164,45 +169,104 @@ def _pinned_wheels(where: str, raw: dict, kind: Kind) -> tuple[PinnedWheel, ...]
     return tuple(pins)
 
 
-def _matrix_spec(where: str, raw: dict, kind: Kind, patches: tuple[str, ...]) -> MatrixSpec:
+def _matrix_spec(where: str, name: str, raw: dict, kind: Kind, patches: tuple[str, ...]) -> MatrixSpec:
     """`[targets.<t>.matrix]` and `[[targets.<t>.variants]]` (both optional)."""
-    table = raw.get("matrix", {})
+    table = _table(where, raw, "matrix", object)
+    listed = raw.get("variants", [])
+    if not (isinstance(listed, list) and all(isinstance(v, dict) for v in listed)):
+        raise _wrong(where, "variants", listed, "a list of tables")
     variants = []
-    for i, v in enumerate(raw.get("variants", [])):
-        try:
-            variant = Variant(v["patch"], v["file"], tuple(map(str, v["versions"])), v.get("reason", ""))
-        except KeyError as exc:
-            raise OverlayError(
-                f"{where}: variant #{i + 1} lacks key {exc.args[0]!r} (needs patch, file, versions)"
-            ) from None
+    for i, v in enumerate(listed):
+        missing = [k for k in ("patch", "file", "versions") if k not in v]
+        if missing:
+            raise OverlayError(f"{where}: variant #{i + 1} lacks key {missing[0]!r} (needs patch, file, versions)")
+        at = f"{where} variant #{i + 1}"
+        versions = [str(x) for x in v["versions"]] if isinstance(v["versions"], list) else v["versions"]
+        variant = Variant(
+            _text(at, v, "patch"),
+            _file_name(at, "file", _text(at, v, "file"), name, nested=True),
+            _texts(at, {"versions": versions}, "versions"),
+            _text(at, v, "reason", ""),
+        )
         if variant.patch not in patches:
             raise OverlayError(
                 f"{where}: variant {variant.file} stands in for {variant.patch}, which is not in its patches list"
             )
         variants.append(variant)
     pinned = str(raw["version"]) if kind == Kind.WHEEL else raw.get("commit", "")
+    at = f"{where} matrix"
+    versions = table.get("versions", [pinned])
+    versions = [str(v) for v in versions] if isinstance(versions, list) else versions
+    tests = table.get("tests", True)
+    if not isinstance(tests, bool):
+        raise _wrong(at, "tests", tests, "true or false")
     return MatrixSpec(
-        versions=tuple(map(str, table.get("versions", [pinned]))),
+        versions=_texts(at, {"versions": versions}, "versions"),
         variants=tuple(variants),
-        venv=table.get("venv", ""),
-        run_tests=table.get("tests", True),
-        no_tests_reason=table.get("no_tests_reason", ""),
-        pythonpath=tuple(table.get("pythonpath", [])),
-        pytest_args=tuple(table.get("pytest_args", [])),
+        venv=_text(at, table, "venv", ""),
+        run_tests=tests,
+        no_tests_reason=_text(at, table, "no_tests_reason", ""),
+        pythonpath=_texts(at, table, "pythonpath"),
+        pytest_args=_texts(at, table, "pytest_args"),
     )
 
 
-def _target(path: Path, patches_dir: Path, name: str, raw: dict) -> Target:
+def _wrong(where: str, key: str, value: object, want: str) -> OverlayError:
+    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    return OverlayError(f"{where}: `{key}` is {shown}, not {want}; fix that key ({SEE_DESIGN})")
+
+
+def _text(where: str, raw: dict, key: str, default: str | None = None) -> str:
+    """raw[key], a string (a version may be a TOML number); `default` when absent, required when that is None."""
+    value = raw.get(key, default)
+    if value is None:
+        raise OverlayError(f"{where} lacks key {key!r}; {SEE_DESIGN}")
+    numeric = key == "version" and isinstance(value, int | float) and not isinstance(value, bool)
+    if not (isinstance(value, str) or numeric):
+        raise _wrong(where, key, value, "a string")
+    return str(value)
+
+
+def _texts(where: str, raw: dict, key: str, default: tuple = ()) -> tuple[str, ...]:
+    """raw[key], a list of strings (`default` when absent)."""
+    value = raw.get(key, default)
+    if not (isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)):
+        raise _wrong(where, key, value, "a list of strings")
+    return tuple(value)
+
+
+def _table(where: str, raw: dict, key: str, of: type = str) -> dict:
+    """raw[key], a table whose values are of type `of` ({} when absent)."""
+    value = raw.get(key, {})
+    if not (isinstance(value, dict) and all(isinstance(v, of) for v in value.values())):
+        raise _wrong(where, key, value, f"a table of {'strings' if of is str else 'tables'}")
+    return value
+
+
+def _file_name(where: str, key: str, name: str, folder: str, nested: bool = False) -> str:
+    """A patch file's name in patches/<folder>/ (`nested`: a relative path under it), never one that leaves it."""
+    parts = name.split("/")
+    if "\0" in name or "\\" in name or (len(parts) > 1 and not nested) or any(p in ("", ".", "..") for p in parts):
+        raise OverlayError(
+            f"{where}: `{key}` names {name!r}, which is not a file in patches/{folder}/; name a patch file of that "
+            f"folder ({SEE_DESIGN})"
+        )
+    return name
+
+
+def _target(path: Path, patches_dir: Path, name: str, raw: object) -> Target:
     where = f"{path}: target {name!r}"
+    if not isinstance(raw, dict):
+        raise _wrong(str(path), f"targets.{name}", raw, "a table")
     kinds = [k.value for k in Kind]
-    if raw["kind"] not in kinds:
+    if _text(where, raw, "kind") not in kinds:
         raise OverlayError(f"{where} has unknown kind {raw['kind']!r}; use one of {', '.join(kinds)}")
     kind = Kind(raw["kind"])
-    patches = tuple(raw.get("patches", []))
+    patches = tuple(_file_name(where, "patches", p, name) for p in _texts(where, raw, "patches"))
     twice = [p for p, n in Counter(patches).items() if n > 1]
     if twice:
         raise OverlayError(f"{where} lists patch {twice[0]} twice; a series applies each patch once")
-    applied = {str(k): str(v) for k, v in raw.get("applied_upstream", {}).items()}
+    applied = _table(where, raw, "applied_upstream")
     stray = [p for p in applied if p not in patches]
     if stray:
         raise OverlayError(
@@ -212,21 +276,33 @@ def _target(path: Path, patches_dir: Path, name: str, raw: dict) -> Target:
     return Target(
         name=name,
         kind=kind,
-        version=str(raw["version"]),
-        upstream=raw["upstream"],
+        version=_text(where, raw, "version"),
+        upstream=_text(where, raw, "upstream"),
         patch_dir=patches_dir / name,
         patches=patches,
-        preimages=dict(raw.get("preimages", {})),
-        requirement=raw.get("requirement", ""),
+        preimages=_table(where, raw, "preimages"),
+        requirement=_text(where, raw, "requirement", ""),
         wheels=_pinned_wheels(where, raw, kind),
-        commit=raw.get("commit", ""),
-        layout=dict(raw.get("layout", {})),
-        project_name=raw.get("project_name", ""),
-        marker=raw.get("marker", ""),
-        full_context=raw.get("context", "") == "full",
-        matrix=_matrix_spec(where, raw, kind, patches),
+        commit=_text(where, raw, "commit", ""),
+        layout=_table(where, raw, "layout"),
+        project_name=_text(where, raw, "project_name", ""),
+        marker=_text(where, raw, "marker", ""),
+        full_context=_text(where, raw, "context", "") == "full",
+        matrix=_matrix_spec(where, name, raw, kind, patches),
         applied_upstream=applied,
     )
+
+
+def _local_version(path: Path, data: dict) -> str:
+    """The PEP 440 local label of patched wheels (`local_version`)."""
+    local = _text(str(path), data, "local_version", "overlay.1")
+    try:
+        Version(f"1+{local}")
+    except InvalidVersion:
+        raise _wrong(
+            str(path), "local_version", local, "a PEP 440 local version label (letters, digits, dots)"
+        ) from None
+    return local
 
 
 def load_manifest(patches_dir: Path | None = None) -> Manifest:
@@ -252,9 +328,9 @@ def load_manifest(patches_dir: Path | None = None) -> Manifest:
             "use the sgl-overlay of the checkout the patches come from"
         )
     targets = {}
-    for name, raw in data.get("targets", {}).items():
+    for name, raw in _table(str(path), data, "targets", dict).items():
         try:
             targets[name] = _target(path, patches_dir, name, raw)
         except KeyError as exc:
             raise OverlayError(f"{path}: target {name!r} lacks key {exc.args[0]!r}; {SEE_DESIGN}") from None
-    return Manifest(path, targets, data.get("local_version", "overlay.1"))
+    return Manifest(path, targets, _local_version(path, data))

@@ -20,6 +20,7 @@ from sgl_overlay.engine.states import (
     PENDING,
     Content,
     PatchStatus,
+    ScratchIndex,
     Standing,
     State,
     content_of,
@@ -331,6 +332,18 @@ def _writes(co: Checkout, names: list[str] | None = None) -> tuple[list[str], li
     return paths, blobs
 
 
+def _merged(repo: Path, to_apply: list[tuple[Path, tuple[str, ...]]], paths: list[str]) -> list[str]:
+    """The blobs `git am -3` writes for the patches, each applied on what the ones before it leave (a 3-way merge
+    makes blobs no `index` line names): what a killed apply may leave in the files besides those."""
+    found = []
+    with ScratchIndex(repo) as scratch:
+        for patch, flags in to_apply:
+            if scratch.apply(patch, *flags).returncode != 0:
+                scratch.apply(patch, *flags, "--3way")
+            found += [b for b in map(scratch.blob, paths) if b]
+    return found
+
+
 def _refuse_untracked(co: Checkout, name: str, patches: list[Patch]) -> None:
     """A file a patch adds must not be there already as a user's untracked file (`git am` would stop)."""
     where = co.placement(name).path
@@ -454,6 +467,7 @@ class ApplyReport:
     after: str = ""
     upstream: int = 0  # patches skipped as already upstream
     bypassed: Path | None = None  # the checkout's pre-commit hook, which `git am` does not run
+    others: str = ""  # the commits not the tool's that went onto the branch while it ran
 
     def lines(self) -> list[str]:
         lines = [f"warning: {w.line()} (continuing; --strict refuses)" for w in self.warnings]
@@ -469,6 +483,10 @@ class ApplyReport:
                 f"not go through it; run its checks on them (pre-commit's: `pre-commit run --from-ref {before} "
                 f"--to-ref {after}` in {self.path})"
             )
+        if self.others:
+            lines.append(
+                f"note: {self.others}; it is kept, among the overlay's commits (`sgl-overlay revert` removes only those)"
+            )
         return lines + notes
 
 
@@ -481,7 +499,14 @@ def apply(co: Checkout, strict: bool = False) -> ApplyReport:
         targets = [t.name for t in co.required]
         subjects = [r.patch.subject for t in co.required for r in sv.rows[t.name]]
         paths, blobs = _writes(co)
-        with transaction.Change(co.path, "apply", targets, subjects, paths, blobs) as change:
+        blobs += _merged(co.path, to_apply, paths)
+        labels = [f"{p.parent.name}/{p.name}" for p, _ in to_apply]
+
+        def record(made: list[str]) -> None:  # the commits it made, in order: the tool's, for status and revert
+            if co.made is not None:
+                records.add_commits(gitutil.common_dir(co.path), co.path, dict(zip(made, labels)))
+
+        with transaction.Change(co.path, "apply", targets, subjects, paths, blobs, on_kept=record) as change:
             # Consecutive patches with the same path mapping go in one `git am`.
             for flags, group in groupby(to_apply, key=lambda item: item[1]):
                 patches = [path for path, _ in group]
@@ -494,16 +519,23 @@ def apply(co: Checkout, strict: bool = False) -> ApplyReport:
                         "(see `sgl-overlay status`)"
                     )
                 change.done(", ".join(f"{p.parent.name}/{p.name}" for p in patches))
-            # One commit per patch, in order: recorded as the tool's, so that status and revert know them.
-            made = gitutil.out(co.path, "rev-list", "--reverse", f"{change.head}..HEAD").split()
-            labels = [f"{p.parent.name}/{p.name}" for p, _ in to_apply]
-            if co.made is not None:
-                _record(co, dict(zip(made, labels, strict=True)))
+            record(change.made())
+            others = transaction.foreign_commits(co.path, change.head, subjects)
     upstream = sum(r.state == State.UPSTREAM for t in co.required for r in sv.rows[t.name])
     hook = None if co.laid_out else gitutil.git_path(co.path, "hooks/pre-commit")
     bypassed = hook if hook is not None and hook.is_file() and os.access(hook, os.X_OK) else None
+    kept = transaction.others_line(co.path, others, change.data["branch"], "apply") if others else ""
     return ApplyReport(
-        co.path, warnings, _notes(co, sv), None, len(to_apply), change.head, gitutil.head(co.path), upstream, bypassed
+        co.path,
+        warnings,
+        _notes(co, sv),
+        None,
+        len(to_apply),
+        change.head,
+        gitutil.head(co.path),
+        upstream,
+        bypassed,
+        kept,
     )
 
 
@@ -518,24 +550,24 @@ class RevertReport:
     before: str = ""
     after: str = ""
     states: dict[str, list[State]] = field(default_factory=dict)
+    others: tuple[str, ...] = ()  # the commits of the patches' subjects the tool did not make here, oldest first
 
     def lines(self) -> list[str]:
         if not self.count:
             states = "; ".join(f"{name}: {', '.join(s.value for s in ss)}" for name, ss in self.states.items())
-            return [f"nothing to revert: no overlay patch is applied in {self.path} ({states})"]
+            line = f"nothing to revert: no overlay patch is applied in {self.path} ({states})"
+            if self.others:
+                short = [c[:12] for c in self.others]
+                line += (
+                    f"; the commits that hold them ({', '.join(short)}) are not ones sgl-overlay made here (a rebase "
+                    f"or a clone makes new ones): remove them with `git -C {self.path} revert --no-edit "
+                    f"{' '.join(reversed(short))}`"
+                )
+            return [line]
         return [
             f"reverted {self.count} overlay commit(s) in {self.path} ({self.how}): {self.before[:12]} -> "
             f"{self.after[:12]}"
         ]
-
-
-def _record(co: Checkout, add: dict[str, str], drop: list[str] = ()) -> None:
-    """Add the commits `apply` made to the checkout's record of them, and drop those `revert` removed."""
-    common = gitutil.common_dir(co.path)
-    made = {**records.read_commits(common, co.path), **add}
-    for sha in drop:
-        made.pop(sha, None)
-    records.write_commits(common, made)
 
 
 def revert(co: Checkout) -> RevertReport:
@@ -546,7 +578,9 @@ def revert(co: Checkout) -> RevertReport:
         applied = [r for rows in st.values() for r in rows if r.state in (State.APPLIED, State.OLDER)]
         commits = list(dict.fromkeys(r.commit for r in applied))
         if not commits:
-            return RevertReport(co.path, states={name: [r.state for r in rows] for name, rows in st.items()})
+            others = [r.commit for rows in st.values() for r in rows if r.state == State.ELSEWHERE and not r.detail]
+            states = {name: [r.state for r in rows] for name, rows in st.items()}
+            return RevertReport(co.path, states=states, others=tuple(dict.fromkeys(others)))
         top = gitutil.out(co.path, "rev-list", f"-n{len(commits)}", "HEAD").splitlines()
         # An older version's commit may carry another subject and touch other files than the series now.
         subjects = [
@@ -557,8 +591,12 @@ def revert(co: Checkout) -> RevertReport:
             paths += filter(
                 None, gitutil.out(co.path, "diff-tree", "--no-commit-id", "--name-only", "-r", "-z", c).split("\0")
             )
+        on_top = set(top) == set(commits)
+        if on_top:  # what `git reset` writes: the files as they are below the overlay's commits
+            below = gitutil.git(co.path, "ls-tree", "-r", "-z", f"HEAD~{len(commits)}", "--", *paths).stdout
+            blobs += [entry.split()[2] for entry in below.split("\0") if entry]
         with transaction.Change(co.path, "revert", list(st), subjects, paths, blobs) as change:
-            if set(top) == set(commits):
+            if on_top:
                 gitutil.git(co.path, "reset", "-q", "--hard", f"HEAD~{len(commits)}")
                 how = "reset"
             else:
@@ -567,8 +605,6 @@ def revert(co: Checkout) -> RevertReport:
                 if proc.returncode != 0:
                     raise _revert_failure(proc, co.path)
                 how = "git revert"
-            if co.made is not None:
-                _record(co, {}, commits)
     return RevertReport(co.path, len(commits), how, change.head, gitutil.head(co.path))
 
 

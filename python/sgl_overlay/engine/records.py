@@ -3,6 +3,7 @@ name decided by its identity (pid, that pid's start time, host), never by a pid 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -10,13 +11,13 @@ import socket
 from enum import Enum, auto
 from pathlib import Path
 
-from sgl_overlay.engine import subproc
+from sgl_overlay.engine import gitutil, subproc
 from sgl_overlay.errors import OverlayError
 
 # The records' format. A journal of another format is refused (its fields could mean something else);
 # a lock without one is an older version's, whose pid and start still name its run.
 VERSION = 2
-SHA = re.compile(r"^[0-9a-f]{40}$")
+SHA = re.compile(r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")  # a SHA-1 or SHA-256 object id
 _JOURNAL_LISTS = ("targets", "subjects", "paths", "blobs", "made", "done")
 
 
@@ -134,11 +135,21 @@ def read_journal(path: Path, repo: Path, lock: Path) -> dict | None:
     if problem:
         head = data.get("head") if isinstance(data, dict) and isinstance(data.get("head"), str) else None
         head = head if head and SHA.match(head) else None
+        paths = data.get("paths") if isinstance(data, dict) else None
+        paths = paths if head and isinstance(paths, list) and all(isinstance(p, str) for p in paths) else []
+        kept = gitutil.git(repo, "ls-tree", "-z", "--name-only", head, "--", *paths).stdout.split("\0") if paths else []
+        added = [p for p in paths if p not in kept and os.path.lexists(repo / p)]
+        head = head[:12] if head else "<the commit before the run (git reflog)>"
+        files = " ".join(p for p in kept if p) or "<the files the run's patches touch>"
+        if added:  # files the run added: not in HEAD before
+            files += f"` and `git rm -q --cached --ignore-unmatch -- {' '.join(added)}; rm -f {' '.join(added)}"
         raise OverlayError(
             f"{path} cannot be read exactly by this sgl-overlay ({problem}): nothing was changed; to roll that run "
-            f"back keeping your work, in {repo}: `git am --abort` if `git status` says an am is in progress, then "
-            f"`git reset --keep {head[:12] if head else '<the commit before the run (git reflog)>'}` (it keeps your "
-            f"uncommitted changes and refuses where they touch the run's files), then `rm {path} {lock}`"
+            f"back keeping your work, in {repo}: `git am --quit` if `git status` says an am is in progress (it keeps "
+            f"what you staged, where `--abort` would drop it), then `git reset --keep {head}` (it keeps your "
+            f"uncommitted changes and refuses where they touch the run's files), then `git restore --source={head} "
+            f"--staged --worktree -- {files}` (the run's files as they were: copy aside your own edits of them "
+            f"first), then `rm {path} {lock}`"
         )
     return data  # type: ignore[return-value]
 
@@ -209,5 +220,9 @@ def read_commits(common: Path, repo: Path) -> dict[str, str]:
     return made
 
 
-def write_commits(common: Path, made: dict[str, str]) -> None:
-    write(common / COMMITS, {"version": VERSION, "commits": made})
+def add_commits(common: Path, repo: Path, made: dict[str, str]) -> None:
+    """Add the commits `apply` made to the record, as one change among the worktrees' (an entry is never dropped:
+    a commit the tool made stays its own, in whichever worktree holds it)."""
+    with open(common / f"{COMMITS}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another worktree's apply adding its own at the same time waits
+        write(common / COMMITS, {"version": VERSION, "commits": {**read_commits(common, repo), **made}})

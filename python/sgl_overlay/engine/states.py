@@ -135,9 +135,23 @@ def find_commit(repo: Path, patch: Patch, placement: Placement = SAME_PLACE, mad
     log = gitutil.out(repo, "log", f"-n{HISTORY_DEPTH}", "--format=%H%x09%s", "HEAD", "--", *paths)
     for line in log.splitlines():
         sha, _, subject = line.partition("\t")
-        if subject == patch.subject:
-            return sha, patch.label if made is None else made.get(sha, "")
+        label = patch.label if made is None else made.get(sha, "")
+        if subject == patch.subject or (made is not None and label == patch.label):  # (its subject edited since)
+            return sha, label
     return "", ""
+
+
+def made_from(repo: Path, commit: str, patch: Patch, placement: Placement = SAME_PLACE) -> bool:
+    """`commit` is what `git am -3` of the patch as it is now makes on its parent: the same files, the same blobs
+    (not a commit made from an earlier version of the patch file, whose content the series changed since)."""
+    changed = gitutil.git(repo, "diff-tree", "--no-commit-id", "--name-only", "-r", "-z", commit).stdout
+    paths = list(dict.fromkeys([placement.path(p) for p in patch.touched()] + [p for p in changed.split("\0") if p]))
+    listed = gitutil.git(repo, "ls-tree", "-r", "-z", f"{commit}^", "--", *paths).stdout
+    with ScratchIndex(repo, None, tuple(placement.apply_flags())) as scratch:
+        gitutil.git(repo, "update-index", "-z", "--index-info", input=listed, env=scratch.env)
+        if scratch.apply(patch.path, "--3way").returncode != 0:
+            return False
+        return all(scratch.blob(p) == gitutil.blob_at(repo, commit, p) for p in paths)
 
 
 class ScratchIndex:
@@ -219,7 +233,7 @@ def narrow_context(patch: Patch, dest: Path) -> Path:
     after = gitutil.out(work, "write-tree")
     narrowed = dest / patch.path.name
     diff = gitutil.git(work, "diff-tree", "-p", f"-U{NARROW_CONTEXT}", "--full-index", before, after).stdout
-    narrowed.write_text(diff)
+    narrowed.write_text(diff, errors="surrogateescape")  # (git's bytes, as read)
     return narrowed
 
 
@@ -282,7 +296,7 @@ def _in(repo: Path, patch: Patch, placement: Placement, partial: str, how: str =
     port of another target's patch: `detail` says which), else UPSTREAM. `partial` names what is missing (the
     test files it adds)."""
     sha, label = ("", "") if partial else find_commit(repo, patch, placement, made)
-    if sha and label == patch.label:
+    if sha and label == patch.label and made_from(repo, sha, patch, placement):
         return PatchStatus(patch, State.APPLIED, commit=sha)
     if sha and _same_target(label, patch):  # made from this target's series, from a file it no longer has
         return PatchStatus(patch, State.OLDER, detail=label, commit=sha)
@@ -299,7 +313,10 @@ def _same_target(label: str, patch: Patch) -> bool:
 def _diff_of(repo: Path, commit: str, dest: Path) -> Path:
     """The change `commit` made, as a patch file in `dest`."""
     path = dest / f"{commit}.diff"
-    path.write_text(gitutil.out(repo, "diff-tree", "-p", "--full-index", "--binary", "--no-commit-id", commit) + "\n")
+    path.write_text(
+        gitutil.out(repo, "diff-tree", "-p", "--full-index", "--binary", "--no-commit-id", commit) + "\n",
+        errors="surrogateescape",
+    )
     return path
 
 
@@ -335,17 +352,17 @@ def _older(repo: Path, tree: str, rows: list[PatchStatus], placement: Placement,
     ]
 
 
-def _in_at_top(scratch: ScratchIndex, series: Series, placement: Placement, reverse: list[Path]) -> int:
-    """How many patches at the top of the series the files hold. Each one found is reverse-applied
-    in `scratch`, so that the patch below it is judged on the files as it left them, not as later
-    patches of the same series changed them (two patches editing one file)."""
-    count = 0
-    for patch, rev in zip(reversed(series.patches), reversed(reverse)):
-        if not _holds_post_image(scratch, patch, placement, rev):
-            break
-        scratch.apply(rev, "-R")
-        count += 1
-    return count
+def _peel(scratch: ScratchIndex, series: Series, placement: Placement, reverse: list[Path]) -> set[int]:
+    """Which patches the files hold, found newest first: each one found is reverse-applied in `scratch`, so that
+    the patch below it is judged on the files as it left them, not as later patches of the same series changed
+    them (two patches editing one file). One that is not in (reverted, not applied yet: a reset or bisect to the
+    middle of the series) is passed over, not the end of the search."""
+    found = set()
+    for i in reversed(range(len(series.patches))):
+        if _holds_post_image(scratch, series.patches[i], placement, reverse[i]):
+            scratch.apply(reverse[i], "-R")
+            found.add(i)
+    return found
 
 
 def series_status(
@@ -355,9 +372,9 @@ def series_status(
     placement: Placement = SAME_PLACE,
     made: Made = None,
 ) -> list[PatchStatus]:
-    """The patches the files hold at the top of the series are in; the rest are classified in
-    order, each pending one applied to a scratch index as it goes (a later patch sees the earlier
-    ones in); one not in whose earlier version the tool applied is OLDER."""
+    """The patches the files hold are in (found newest first, see `_peel`); the rest are classified in series
+    order on the files as the patches before them leave them, each pending one applied to a scratch index as it
+    goes (a later patch sees the earlier ones in); one not in whose earlier version the tool applied is OLDER."""
     tree = (content or content_of(repo)).tree
     with (
         ScratchIndex(repo, tree, tuple(placement.apply_flags())) as scratch,
@@ -365,13 +382,14 @@ def series_status(
     ):
         full = series.target.full_context
         reverse = [narrow_context(patch, Path(tmp)) if full else patch.path for patch in series.patches]
-        below = len(series.patches) - _in_at_top(scratch, series, placement, reverse)
-        statuses = [
-            _classify(repo, scratch, patch, placement, rev, made)
-            for patch, rev in zip(series.patches[:below], reverse[:below])
-        ]
-        statuses += [
-            _in(repo, patch, placement, "", "the files hold its post-image (reverse-applies cleanly)", made)
-            for patch in series.patches[below:]
-        ]
+        held = _peel(scratch, series, placement, reverse)
+        statuses = []
+        for i, (patch, rev) in enumerate(zip(series.patches, reverse)):
+            if i in held:
+                scratch.apply(rev)  # in again, as the files hold it, for the patches after it
+                statuses.append(
+                    _in(repo, patch, placement, "", "the files hold its post-image (reverse-applies cleanly)", made)
+                )
+            else:
+                statuses.append(_classify(repo, scratch, patch, placement, rev, made))
     return _older(repo, tree, statuses, placement, made)

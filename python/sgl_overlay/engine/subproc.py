@@ -219,6 +219,10 @@ def failure_reason(proc: subprocess.CompletedProcess) -> str:
 
     err = [line for line in lines(proc.stderr) if not line.startswith(("hint:", "note:"))]
     errors = [line.removeprefix("× ") for line in err if line.startswith(("ERROR:", "× "))]
+    if proc.returncode < 0:  # killed by a signal: name it (SIGXFSZ: the file size limit, `ulimit -f`)
+        sig = signal.Signals(-proc.returncode)
+        limit = " (the file size limit: `ulimit -f`)" if sig == signal.SIGXFSZ else ""
+        return f"killed by {sig.name}{limit}"
     return (errors or err or lines(proc.stdout) or [f"exit {proc.returncode}"])[-1]
 
 
@@ -287,7 +291,13 @@ def _run(
 ) -> subprocess.CompletedProcess:
     """subprocess.run with the output captured, watched while it runs when a watcher is registered."""
     text = not isinstance(input, bytes)
-    options = {"text": text, "errors": "replace" if text else None, "cwd": cwd, "env": env, "preexec_fn": _PREEXEC}
+    options = {
+        "text": text,
+        "errors": "surrogateescape" if text else None,
+        "cwd": cwd,
+        "env": env,
+        "preexec_fn": _PREEXEC,
+    }
     if not _watchers:
         return subprocess.run(argv, capture_output=True, input=input, **options)
     pipes = {

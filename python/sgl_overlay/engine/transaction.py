@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -25,7 +26,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, auto
 from pathlib import Path
@@ -244,17 +245,28 @@ def stuck_patch(repo: Path, patches: Sequence[Path]) -> str | None:
         return None
 
 
-def rollback(repo: Path, orig: str) -> None:
+def rollback(repo: Path, orig: str, tip: str | None = None) -> None:
     """Return a tree that was clean at `orig` to exactly that: end a stopped `git am` or `git revert`,
     then drop whatever changed since. Only for changes that are all the run's (the tree was clean before
-    it, and `abort` proves nothing else changed since)."""
+    it, and `abort` proves nothing else changed since); `tip`: the HEAD found to hold only the run's commits,
+    which git moves back only while HEAD is still there (a commit made since is refused, not reset away)."""
     with subproc.held():
         gd = gitutil.git_dir(repo)
         if (gd / "rebase-apply").exists():
             gitutil.git(repo, "am", "--abort", check=False)
         if (gd / "sequencer").exists() or (gd / "REVERT_HEAD").exists():
             gitutil.git(repo, "revert", "--abort", check=False)
-        if gitutil.head(repo) != orig or gitutil.changed_files(repo):
+            _end_stopped(gd)  # what a `git revert` that could not even abort leaves (an invalid date in its env)
+        now = gitutil.head(repo)
+        if now != orig and tip is not None:
+            moved = gitutil.git(repo, "update-ref", "-m", "sgl-overlay: roll back", "HEAD", orig, tip, check=False)
+            if moved.returncode != 0:
+                raise OverlayError(
+                    f"{repo}: HEAD moved to {now[:12]} while the tool rolled back its change (a commit made "
+                    f"meanwhile?): nothing of that was reset; `sgl-overlay apply --abort --checkout {repo}` says "
+                    "what is left"
+                )
+        if now != orig or gitutil.changed_files(repo):
             gitutil.git(repo, "reset", "-q", "--hard", orig)
         shutil.rmtree(gd / "rebase-apply", ignore_errors=True)  # what a killed `git am` could not abort
 
@@ -272,8 +284,9 @@ class Change:
         subjects: Sequence[str],
         paths: Sequence[str] = (),
         blobs: Sequence[str] = (),
+        on_kept: Callable[[list[str]], None] | None = None,
     ):
-        self.repo, self.command = repo, command
+        self.repo, self.command, self.on_kept = repo, command, on_kept  # on_kept: its commits, when they stay
         self.journal = gitutil.git_dir(repo) / JOURNAL
         self.head = gitutil.head(repo)
         branch = gitutil.git(repo, "symbolic-ref", "-q", "HEAD", check=False).stdout.strip()
@@ -306,8 +319,27 @@ class Change:
 
     def done(self, what: str) -> None:
         self.data["done"].append(what)
-        self.data["made"] = gitutil.out(self.repo, "rev-list", "--reverse", f"{self.head}..HEAD").split()
+        self.data["made"] = self.made()
         records.write(self.journal, self.data)
+
+    def made(self) -> list[str]:
+        """The commits this run made so far, oldest first (not those another made on the branch meanwhile)."""
+        others = {sha for sha, _ in foreign_commits(self.repo, self.head, self.data["subjects"])}
+        return [
+            c for c in gitutil.out(self.repo, "rev-list", "--reverse", f"{self.head}..HEAD").split() if c not in others
+        ]
+
+    def kept(self, others: list[tuple[str, str]], exc: BaseException | None) -> OverlayError:
+        """The failure of a run that commits of others landed on top of: its own commits stay below them."""
+        if self.on_kept is not None:
+            self.on_kept(self.made())
+        why = str(exc).partition("; tree left unchanged")[0] if isinstance(exc, OverlayError) else "interrupted"
+        return OverlayError(
+            f"{self.command} did not complete in {self.repo} ({why}), and "
+            f"{others_line(self.repo, others, self.data['branch'], self.command)}: nothing was reset, HEAD is "
+            f"{gitutil.head(self.repo)[:12]} and the files are as it has them; `sgl-overlay revert --checkout "
+            f"{self.repo}` removes the overlay's commit(s) below it"
+        )
 
     def interrupted(self) -> Interrupted:
         return Interrupted(f"interrupted: {self.command} rolled back, {self.repo} is as before (HEAD {self.head[:12]})")
@@ -318,19 +350,40 @@ class Change:
             self.journal.unlink(missing_ok=True)  # the change is complete: a later signal only ends the run
             subproc.hold()
             return False
-        with self.watch:
-            rollback(self.repo, self.head)  # a failure of the rollback keeps the journal for `abort`
-        self.journal.unlink(missing_ok=True)
+        with subproc.held():
+            tip = gitutil.head(self.repo)
+            others = foreign_commits(self.repo, self.head, self.data["subjects"], tip)
+            with self.watch:
+                if others:  # a rollback would reset them off the branch: only git's stopped operation ends
+                    _restore(self.repo, gitutil.git_dir(self.repo), tip, _run_paths(self.repo, self.data))
+                else:
+                    rollback(self.repo, self.head, tip)  # a failure of the rollback keeps the journal for `abort`
+            self.journal.unlink(missing_ok=True)
+            if others:
+                raise self.kept(others, exc) from None
         if subproc.caught() is not None or typ is None or issubclass(typ, KeyboardInterrupt):
             raise self.interrupted() from None  # git may have failed of the same Ctrl-C: the signal is the cause
         return False
 
 
+def foreign_commits(repo: Path, head: str, subjects: Sequence[str], tip: str = "HEAD") -> list[tuple[str, str]]:
+    """(commit, subject) of the commits after `head` up to `tip` that a run which may commit `subjects` did not
+    make: the user's, or another worktree's of the same branch, made while it ran. Newest first."""
+    log = gitutil.out(repo, "log", "--format=%H %s", f"{head}..{tip}")
+    pairs = [line.partition(" ")[::2] for line in log.splitlines()]
+    return [(sha, subject) for sha, subject in pairs if subject not in set(subjects)]
+
+
 def _foreign_commits(repo: Path, info: dict) -> list[str]:
-    """Commits after the dead run's HEAD that it did not make (neither recorded nor of a subject it may commit)."""
-    log = gitutil.out(repo, "log", "--format=%H %s", f"{info['head']}..HEAD")
-    made, allowed = set(info["made"]), set(info["subjects"])
-    return [line for line in log.splitlines() if line[:40] not in made and line.partition(" ")[2] not in allowed]
+    """Commits after the dead run's HEAD that it did not make (of no subject it may commit), as `sha subject`."""
+    return [f"{sha} {subject}" for sha, subject in foreign_commits(repo, info["head"], info["subjects"])]
+
+
+def others_line(repo: Path, others: list[tuple[str, str]], branch: str | None, command: str) -> str:
+    """The commits not the tool's that went onto the branch while `command` ran."""
+    sha, subject = others[-1]
+    more = f" and {len(others) - 1} more" if len(others) > 1 else ""
+    return f"commit {sha[:12]} ({subject[:60]}){more}, not sgl-overlay's, went onto {_ref(branch)} while {command} ran"
 
 
 def _blobs_of(repo: Path, commits: list[str], paths: set[str]) -> set[str]:
@@ -381,13 +434,18 @@ def _changed_since(repo: Path, info: dict, paths: list[str]) -> list[str]:
     return changed
 
 
-def _restore(repo: Path, gd: Path, head: str, paths: list[str]) -> None:
-    """Put the branch back at `head` and the run's files back as `head` holds them, in the index and the working
-    tree, leaving every other file (the user's edits, staged files) as it is; end git's stopped am or revert."""
+def _end_stopped(gd: Path) -> None:
+    """Remove the state of a `git am` or `git revert` the run's git left stopped."""
     for name in ("rebase-apply", "sequencer"):
         shutil.rmtree(gd / name, ignore_errors=True)
     for name in ("REVERT_HEAD", "MERGE_MSG"):
         (gd / name).unlink(missing_ok=True)
+
+
+def _restore(repo: Path, gd: Path, head: str, paths: list[str]) -> None:
+    """Put the branch back at `head` and the run's files back as `head` holds them, in the index and the working
+    tree, leaving every other file (the user's edits, staged files) as it is; end git's stopped am or revert."""
+    _end_stopped(gd)
     if gitutil.head(repo) != head:
         gitutil.git(repo, "reset", "-q", "--soft", head)
     present = gitutil.git(repo, "ls-tree", "-r", "-z", "--name-only", head, "--", *paths, env=LITERAL).stdout
@@ -406,7 +464,8 @@ def _refuse_changes_since(repo: Path, info: dict, journal: Path, lock: Path) -> 
     branch = gitutil.git(repo, "symbolic-ref", "-q", "HEAD", check=False).stdout.strip() or None
     if branch != info["branch"]:
         raise _branch_since(repo, run, branch, info["branch"], journal, lock, head)
-    if gitutil.git(repo, "merge-base", "--is-ancestor", head, "HEAD", check=False).returncode != 0:
+    ahead = gitutil.git(repo, "merge-base", "--is-ancestor", head, "HEAD", check=False).returncode == 0
+    if not ahead and not _reset_by_revert(repo, info):
         raise _branch_since(repo, run, gitutil.head(repo), head, journal, lock, head)
     foreign = _foreign_commits(repo, info)
     if foreign:
@@ -421,6 +480,14 @@ def _refuse_changes_since(repo: Path, info: dict, journal: Path, lock: Path) -> 
             "too: nothing was rolled back; to keep your version, copy it aside; then `git checkout HEAD -- "
             f"{' '.join(files)}` there and abort again"
         )
+
+
+def _reset_by_revert(repo: Path, info: dict) -> bool:
+    """HEAD is where the killed revert's `git reset` took it: below HEAD before, by the commits it removed."""
+    if info["command"] != "revert":
+        return False
+    removed = gitutil.git(repo, "log", "--format=%s", f"HEAD..{info['head']}", check=False)
+    return removed.returncode == 0 and all(f'Revert "{s}"' in info["subjects"] for s in removed.stdout.splitlines())
 
 
 def _branch_since(
@@ -602,8 +669,30 @@ def abort(repo: Path) -> Aborted:
     """Roll back what a killed run left in `repo` (its journal), keeping what the user did since in other files,
     and remove its lock and the git locks its git left; refuses, changing nothing, when the branch moved, commits
     the run did not make are on top, one of the run's own files was edited since, or a git lock is not the
-    run's."""
+    run's. One abort at a time: a second one while it runs is refused in one line."""
     gd = gitutil.git_dir(repo)
+    with _one_abort(gd, repo):
+        return _roll_back(repo, gd)
+
+
+@contextlib.contextmanager
+def _one_abort(gd: Path, repo: Path) -> Iterator[None]:
+    """Hold the git directory's flock (released when this process ends, however it ends) for one abort."""
+    fd = os.open(gd, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OverlayError(
+                f"another `sgl-overlay apply --abort` is rolling back {repo} now: nothing was changed; wait for it "
+                "to finish (`sgl-overlay status` then says what is left)"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _roll_back(repo: Path, gd: Path) -> Aborted:
     lock, held, journal, info = _records(repo)
     for record, path in ((held, lock), (info, journal)):
         if record is not None and record["pid"] != os.getpid():
