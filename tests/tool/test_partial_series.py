@@ -23,7 +23,7 @@ def _three_patches(tmp: Path) -> tuple[list[str], Path]:
         "python/sglang/hook.py",
         edit_line((work / "python/sglang/hook.py").read_text(), "hook 15\n", "hook 15 x\n"),
     )
-    git(work, "commit", "-qam", "hook: fix line 15")
+    git(work, "commit", "-qam", "hook: fix line 15", "-m", "Origin: vendor")
     git(work, "format-patch", "-q", "--full-index", "--start-number", "3", "-o", str(ov.patches / "sglang"), "HEAD~1..")
     manifest = ov.patches / "manifest.toml"
     third = next((ov.patches / "sglang").glob("0003-*.patch")).name
@@ -73,7 +73,7 @@ def test_a_newer_series_that_changed_a_patch(tmp_path: Path) -> None:
     assert cli(*base, "apply", "--checkout", str(co)).returncode == 0
     work = tmp_path / "work"
     write(work, "python/sglang/model.py", edit_line(MODEL_PY, "line 10\n", "line 10 fixed\n"))
-    git(work, "commit", "-q", "--amend", "-am", "hook: fix line 5")
+    git(work, "commit", "-q", "--amend", "-am", "hook: fix line 5", "-m", "Origin: vendor")
     git(work, "format-patch", "-q", "--full-index", "--start-number", "2", "-o", str(tmp_path / "new"), "HEAD~1..")
     ov.series[1].write_bytes(next((tmp_path / "new").glob("*.patch")).read_bytes())  # same file, new content
     assert _states(base, co) == ["applied", "applied (older)"]
