@@ -78,8 +78,9 @@ test-kernel: venvs trees
 # (tests/wheels). Then, against the installed stock and patched wheels (the first pinned one: cp311 for
 # sglang) instead of the trees, the tests whose subject is the package as pip lays it out, imported from
 # there: each patch's own unit test (upstream's test/ layout, run with only the package on PYTHONPATH and
-# importing its sglang.test helpers from it), for sglang 0001-0002, the MegaMoE patches
-# (test_k3_mega_moe_upstream_tests.py), 0003, the DeepGEMM runner's caller (test_deep_gemm_copy_list.py,
+# importing its sglang.test helpers from it), for sglang 0001, 0002, 0005 and 0006, the MegaMoE patches
+# (test_k3_mega_moe_upstream_tests.py, which also runs each one's test on its own pre-image, a commit of the
+# tree), 0003, the DeepGEMM runner's caller (test_deep_gemm_copy_list.py,
 # whose probe also runs the installed runner over the released kernels' length rules), and 0004, the
 # global-expert rows of the expert-location map (test_eplb_global_experts.py), for sglang-kt 0001
 # (test_kt_gpu_expert_remap.py's upstream_unit_test cases) and 0002 (test_kt_deep_gemm_copy_list.py,
