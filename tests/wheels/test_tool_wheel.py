@@ -140,7 +140,9 @@ def test_installed_tool_keeps_trees_and_wheels_in_the_user_cache(tool_venv: Path
     assert "verified sgl-kernel" in proc.stdout
     assert (xdg / "sgl-overlay" / "trees" / "sgl-kernel" / ".git").is_dir()
     offline = _run(tool_venv, "fetch", "-t", "sglang-kt", "--offline", cwd=work, env=cached)
-    assert offline.returncode == 1 and f"the cache {xdg / 'sgl-overlay' / 'wheels'} " in offline.stderr, offline.stderr
+    assert offline.returncode == 1 and f"the wheel cache {xdg / 'sgl-overlay' / 'wheels'}, " in offline.stderr, (
+        offline.stderr
+    )
 
     no_xdg = _run(tool_venv, "fetch", "-t", "sgl-kernel", cwd=work, env={"XDG_CACHE_HOME": "", "HOME": str(home)})
     assert no_xdg.returncode == 0, no_xdg.stderr
@@ -150,7 +152,7 @@ def test_installed_tool_keeps_trees_and_wheels_in_the_user_cache(tool_venv: Path
     proc = _run(tool_venv, *given, "fetch", "-t", "sgl-kernel", cwd=work, env=cached)
     assert proc.returncode == 0 and f"{tmp_path / 't' / 'sgl-kernel'} laid out" in proc.stdout, proc.stderr
     offline = _run(tool_venv, *given, "fetch", "-t", "sglang-kt", "--offline", cwd=work, env=cached)
-    assert f"the cache {tmp_path / 'c'} " in offline.stderr, offline.stderr
+    assert f"the wheel cache {tmp_path / 'c'}, " in offline.stderr, offline.stderr
     assert _package_files(tool_venv) == before and sorted(p.name for p in work.iterdir()) == []
 
 
