@@ -4,9 +4,11 @@ sgl-project/sglang's `.pre-commit-config.yaml` runs isort 5.13.2 (`.isort.cfg`: 
 first party `sglang`), black 24.10.0, clang-format 18.1.8 (`--style=file`; sgl-kernel's
 `.clang-format`, which `tests/kernel/sgl-kernel.clang-format` keeps) and codespell 2.4.1 with its
 ignore list. Upstream's own files do not all pass them (the pinned `fused_moe_triton/layer.py` and
-`deep_gemm.py` fail isort), so a patch is held to what it adds: for each added or modified file of
-each tree, a fix a formatter would make to the post-image (`HEAD`) and not to the pre-image
-(`upstream`) is a finding, and codespell reads only the lines the series add. The versions are
+`deep_gemm.py` fail isort), so a patch is held to what it adds. For each added or modified file of
+each tree: black formats only the lines the series adds or joins (its own `--line-ranges`: one run
+on the post-image, where formatting 7,000-line files whole, twice each, took most of the suite's
+time); for isort and clang-format, a fix the post-image (`HEAD`) needs and the pre-image
+(`upstream`) did not is a finding; codespell reads only the added lines. The versions are
 upstream's pins (requirements/sglang.txt).
 
 Nothing is stubbed: the formatters run as subprocesses on the real files.
@@ -22,6 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import unidiff
 
 from helpers import REPO_ROOT, TREES, side_by_side
 
@@ -62,13 +65,14 @@ def _hunks(cmd: list[str], text: str) -> list[tuple[tuple, int]]:
     return [((tuple(old[i1:i2]), tuple(new[j1:j2])), i1 + 1) for op, i1, i2, j1, j2 in ops if op != "equal"]
 
 
-def _formatters(rel: str) -> list[tuple[str, list[str]]]:
-    """Upstream's formatting hooks for one file, each reading stdin and writing the fixed file."""
+def _formatters(rel: str, changed: list[str]) -> list[tuple[str, list[str]]]:
+    """Upstream's formatting hooks for one file, each reading stdin and writing the fixed file;
+    black only over `changed` (line ranges of the post-image)."""
     suffix = Path(rel).suffix
     if suffix == ".py":
         return [
             ("isort", [_tool("isort"), "--profile", "black", "-p", "sglang", "-"]),
-            ("black", [_tool("black"), "-q", "-"]),
+            ("black", [_tool("black"), "-q", *(f"--line-ranges={r}" for r in changed), "-"]),
         ]
     if suffix in CXX_SUFFIXES:
         return [
@@ -82,24 +86,38 @@ def _show(tree: Path, rev: str, rel: str) -> str:
     return proc.stdout if proc.returncode == 0 else ""
 
 
-def _added_lines(tree: Path, rel: str) -> str:
-    diff = _git(tree, "diff", "-U0", "upstream", "HEAD", "--", rel)
+def _added_lines(diff: str) -> str:
     return "".join(line[1:] + "\n" for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++"))
+
+
+def _changed_ranges(diff: str) -> list[str]:
+    """The post-image lines each hunk of a `-U0` diff adds (`start-end`), or, for a hunk that only
+    removes lines, the two it joins."""
+    hunks = unidiff.PatchSet(diff)[0] if diff else []
+    return [
+        f"{h.target_start}-{h.target_start + h.target_length - 1}"
+        if h.target_length
+        else f"{max(h.target_start, 1)}-{h.target_start + 1}"
+        for h in hunks
+    ]
 
 
 def _file_findings(tree: Path, rel: str) -> list[str]:
     out: list[str] = []
+    diff = _git(tree, "diff", "-U0", "upstream", "HEAD", "--", rel)
     pre, post = _show(tree, "upstream", rel), _show(tree, "HEAD", rel)
-    for hook, cmd in _formatters(rel):
+    for hook, cmd in _formatters(rel, _changed_ranges(diff)):
         post_hunks = _hunks(cmd, post)
-        new = Counter(key for key, _ in post_hunks) - _fixes(cmd, pre)
+        new = Counter(key for key, _ in post_hunks)
+        if hook != "black":  # black formatted only what the series changed
+            new -= _fixes(cmd, pre)
         for (removed, added), line in post_hunks:
             if new[(removed, added)]:
                 out.append(f"{rel}:{line}: {hook} would replace {list(removed)} with {list(added)}")
                 break
     proc = subprocess.run(
         [_tool("codespell"), "-L", CODESPELL_IGNORE, "-"],
-        input=_added_lines(tree, rel),
+        input=_added_lines(diff),
         capture_output=True,
         text=True,
     )
