@@ -93,22 +93,7 @@ def _journal_problem(data: object) -> str:
             return f"its {key} is {value!r}"
     if not all(SHA.match(c) for c in data["made"]):
         return "its made lists a non-commit"
-    locks = data.get("locks", [])  # (absent: it recorded no git lock)
-    if not (isinstance(locks, list) and all(_is_lock(e) for e in locks)):
-        return f"its locks is {locks!r}"
     return ""
-
-
-_LOCK_FIELDS = {"path": str, "dev": int, "ino": int, "size": int, "mtime_ns": int, "sha256": str}
-
-
-def _is_lock(entry: object) -> bool:
-    """A git lock file the journal records: where it is and what tells it from another file there."""
-    return (
-        isinstance(entry, dict)
-        and entry.keys() == _LOCK_FIELDS.keys()
-        and all(_is(entry[k], t) for k, t in _LOCK_FIELDS.items())
-    )
 
 
 def read_lock(path: Path, repo: Path) -> dict | None:

@@ -30,8 +30,6 @@ _caught: list[int] = []  # signals received, oldest first
 _held = 0  # > 0: checkpoints do not raise (a rollback must finish)
 _done = 0  # > 0: a change has completed and its report is not out yet: checkpoints do not raise
 _completed = False  # a change of this run has completed
-_watchers: list[Callable[[], None]] = []  # called every WATCH_S while a program runs (`watching`)
-WATCH_S = 0.01
 
 # What `git rev-parse --local-env-vars` prints (git 2.39 to 2.47), plus the variables that
 # change which repository git finds or which refs it reads.
@@ -238,9 +236,19 @@ def run(
     """Run `cmd` with its output captured (text unless `input` is bytes); with `check`, a non-zero
     exit raises OverlayError naming `what` and the reason. `env` is added to the clean environment."""
     argv = [str(c) for c in cmd]
+    text = not isinstance(input, bytes)
     checkpoint()
     try:
-        proc = _run(argv, input, cwd, clean_env(env))
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            input=input,
+            text=text,
+            errors="surrogateescape" if text else None,
+            cwd=cwd,
+            env=clean_env(env),
+            preexec_fn=_PREEXEC,
+        )
     except FileNotFoundError:
         if os.sep in argv[0]:
             raise OverlayError(f"{argv[0]} does not exist ({what}); pass the path of an existing program") from None
@@ -258,56 +266,6 @@ def run(
     if check and proc.returncode != 0:
         raise OverlayError(f"{what} failed: {failure_reason(proc)}")
     return proc
-
-
-@contextlib.contextmanager
-def watching(watcher: Callable[[], None]) -> Iterator[None]:
-    """Call `watcher` every WATCH_S while any program runs in the body, and once after each ends: what a program
-    makes and keeps only while it runs (git's lock files) is seen there, and only there."""
-    _watchers.append(watcher)
-    try:
-        yield
-    finally:
-        _watchers.remove(watcher)
-
-
-def _communicate(proc: subprocess.Popen, input: str | bytes | None) -> tuple[str | bytes, str | bytes]:
-    """`proc.communicate(input)`, calling the watchers while it runs."""
-    while True:
-        for watcher in list(_watchers):
-            watcher()
-        try:
-            out, err = proc.communicate(input, timeout=WATCH_S)
-        except subprocess.TimeoutExpired:
-            input = None  # sent already: a second communicate carries on with it
-            continue
-        for watcher in list(_watchers):
-            watcher()
-        return out, err
-
-
-def _run(
-    argv: list[str], input: str | bytes | None, cwd: Path | None, env: dict[str, str]
-) -> subprocess.CompletedProcess:
-    """subprocess.run with the output captured, watched while it runs when a watcher is registered."""
-    text = not isinstance(input, bytes)
-    options = {
-        "text": text,
-        "errors": "surrogateescape" if text else None,
-        "cwd": cwd,
-        "env": env,
-        "preexec_fn": _PREEXEC,
-    }
-    if not _watchers:
-        return subprocess.run(argv, capture_output=True, input=input, **options)
-    pipes = {
-        "stdout": subprocess.PIPE,
-        "stderr": subprocess.PIPE,
-        "stdin": subprocess.PIPE if input is not None else None,
-    }
-    with subprocess.Popen(argv, **pipes, **options) as proc:
-        out, err = _communicate(proc, input)
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def cmdline(pid: int) -> str:
