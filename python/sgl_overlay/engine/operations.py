@@ -112,7 +112,7 @@ class StatusReport:
         if self.read_only:
             lines.append(
                 f"note: {self.path} is read-only: the states below are read all the same (git's new objects go to "
-                "a private store of this run); apply and revert need it writable"
+                "a private store of this run); apply, revert and `--abort` need it writable"
             )
         if u := self.uncommitted:
             lines.append(

@@ -617,9 +617,15 @@ def _roll_back(repo: Path, gd: Path) -> Aborted:
             alive = records.alive(record)
             if alive != records.Alive.NO:
                 raise OverlayError(Leftover(Left.RUNNING, repo, path, record, alive).line())
+    if info is None and held is None:
+        return Aborted(repo)
+    if not os.access(gd, os.W_OK) or gitutil.read_only(repo):
+        what = f"roll back the killed {who(info)} (journal {journal})" if info else f"remove the stale lock {lock}"
+        raise OverlayError(
+            f"{repo} is read-only: `--abort` cannot {what} there, and nothing was changed; make the checkout and its "
+            f".git writable (a read-only mount: remount it read-write), then run `{_abort(repo)}` again"
+        )
     if info is None:
-        if held is None:
-            return Aborted(repo)
         lock.unlink(missing_ok=True)
         return Aborted(repo, held, lock)
     ended = _end_processes(info["run"])
