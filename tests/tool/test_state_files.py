@@ -231,9 +231,9 @@ def _journal_of(co: Path, **change: object) -> str:
 MALFORMED_JOURNALS = {
     "truncated": lambda co: (co / ".git" / JOURNAL).read_text()[:40],
     "a list": lambda co: "[]",
-    "made is a number": lambda co: _journal_of(co, made=5),
+    "paths is a number": lambda co: _journal_of(co, paths=5),
     "started is a word": lambda co: _journal_of(co, started="noon"),
-    "done is null": lambda co: _journal_of(co, done=None),
+    "subjects is null": lambda co: _journal_of(co, subjects=None),
     "pid is a word": lambda co: _journal_of(co, pid="x"),
     "head is short": lambda co: _journal_of(co, head="abc"),
     "not UTF-8": lambda co: "\udcff",

@@ -18,7 +18,7 @@ from sgl_overlay.errors import OverlayError
 # a lock without one is an older version's, whose pid and start still name its run.
 VERSION = 2
 SHA = re.compile(r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")  # a SHA-1 or SHA-256 object id
-_JOURNAL_LISTS = ("targets", "subjects", "paths", "blobs", "made", "done")
+_JOURNAL_LISTS = ("subjects", "paths", "blobs")  # (other fields an earlier writer of this format added: unread)
 
 
 def write(path: Path, data: dict) -> None:
@@ -91,8 +91,6 @@ def _journal_problem(data: object) -> str:
         value = data.get(key)
         if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             return f"its {key} is {value!r}"
-    if not all(SHA.match(c) for c in data["made"]):
-        return "its made lists a non-commit"
     return ""
 
 

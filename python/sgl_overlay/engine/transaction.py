@@ -5,8 +5,8 @@ keeps `rebase-apply/`: a lock, then a journal, then git.
   start time (a pid and its start time name one process: a reused pid is a dead run) and the command; a second
   run names the holder and exits 1.
 - `Change`: `<git dir>/sgl-overlay-journal.json`, written before the first git command that
-  changes the tree (HEAD before and its branch, targets, the subjects of the commits the run may make, the
-  files and blobs it may write, the commits it made). A failure or Ctrl-C rolls back to HEAD before and
+  changes the tree (HEAD before and its branch, the subjects of the commits the run may make, the files and blobs
+  it may write); what it has done since, git's history says. A failure or Ctrl-C rolls back to HEAD before and
   removes the journal; a killed run leaves it, every later command names it, and `abort` rolls it back,
   only when the checkout holds nothing but what the run did (as `git am --abort` keeps the user's work).
 - `abort` removes the git lock files of the names the run's git takes once no process may hold them: stale, as
@@ -279,7 +279,6 @@ class Change:
         self,
         repo: Path,
         command: str,
-        targets: Sequence[str],
         subjects: Sequence[str],
         paths: Sequence[str] = (),
         blobs: Sequence[str] = (),
@@ -295,12 +294,9 @@ class Change:
             "started": time.time(),
             "head": self.head,
             "branch": branch or None,  # None: a detached HEAD
-            "targets": list(targets),
             "subjects": list(subjects),  # what this run may commit: abort drops only these
             "paths": sorted(set(paths)),
             "blobs": sorted(set(blobs)),
-            "made": [],  # the commits it made, as each step ends
-            "done": [],
         }
 
     def __enter__(self) -> Change:
@@ -311,11 +307,6 @@ class Change:
                 f"cannot write {self.journal} ({exc.strerror}); {_writable(self.repo, exc.strerror)}"
             ) from None
         return self
-
-    def done(self, what: str) -> None:
-        self.data["done"].append(what)
-        self.data["made"] = self.made()
-        records.write(self.journal, self.data)
 
     def made(self) -> list[str]:
         """The commits this run made so far, oldest first (not those another made on the branch meanwhile)."""
@@ -558,14 +549,14 @@ def _end_processes(run: str) -> list[int]:
 @dataclass(frozen=True)
 class Aborted:
     """What `apply --abort` did in `repo`: nothing (`run` None), removed the stale `lock` of `run`, or
-    rolled the killed `run` back to `head` (`done`: what it had done; `locks`: git's stale lock files, removed;
-    `ended`: its processes that still ran)."""
+    rolled the killed `run` back to `head` (`made`: the commits it had made; `locks`: git's stale lock files,
+    removed; `ended`: its processes that still ran)."""
 
     repo: Path
     run: dict | None = None  # the lock's or the journal's record of that run
     lock: Path | None = None
     head: str = ""
-    done: tuple[str, ...] = ()
+    made: tuple[str, ...] = ()
     locks: tuple[Path, ...] = field(default=())
     ended: tuple[int, ...] = ()
 
@@ -574,7 +565,7 @@ class Aborted:
             return f"nothing to abort in {self.repo}: no sgl-overlay run left a lock or journal there"
         if not self.head:
             return f"removed the stale lock {self.lock} of {who(self.run)}; nothing to roll back in {self.repo}"
-        done = f"; it had done {', '.join(self.done)}" if self.done else ""
+        done = f"; it had made commit(s) {', '.join(c[:12] for c in self.made)}" if self.made else ""
         left = [f"git's stale lock file(s) {', '.join(p.name for p in self.locks)}"] if self.locks else []
         left += [f"its process(es) {', '.join(map(str, self.ended))}"] if self.ended else []
         removed = f"; removed what it left: {' and '.join(left)}" if left else ""
@@ -631,6 +622,7 @@ def _roll_back(repo: Path, gd: Path) -> Aborted:
     ended = _end_processes(info["run"])
     locks = _stale_git_locks(repo, info)
     _refuse_changes_since(repo, info, journal, lock)
+    made = gitutil.out(repo, "rev-list", "--reverse", f"{info['head']}..HEAD").split()  # all its own, as checked
     with subproc.held():
         for path in locks:
             path.unlink(missing_ok=True)
@@ -638,7 +630,7 @@ def _roll_back(repo: Path, gd: Path) -> Aborted:
         journal.unlink(missing_ok=True)
         lock.unlink(missing_ok=True)
     subproc.hold()
-    return Aborted(repo, info, lock, info["head"], tuple(info["done"]), tuple(locks), tuple(ended))
+    return Aborted(repo, info, lock, info["head"], tuple(made), tuple(locks), tuple(ended))
 
 
 def discard_leftovers(repo: Path) -> None:
