@@ -255,7 +255,7 @@ def rollback(repo: Path, orig: str, tip: str | None = None) -> None:
             gitutil.git(repo, "am", "--abort", check=False)
         if (gd / "sequencer").exists() or (gd / "REVERT_HEAD").exists():
             gitutil.git(repo, "revert", "--abort", check=False)
-            _end_stopped(gd)  # what a `git revert` that could not even abort leaves (an invalid date in its env)
+            _end_stopped(repo, gd)  # what a `git revert` that could not even abort leaves (an invalid date in its env)
         now = gitutil.head(repo)
         if now != orig and tip is not None:
             moved = gitutil.git(repo, "update-ref", "-m", "sgl-overlay: roll back", "HEAD", orig, tip, check=False)
@@ -418,18 +418,18 @@ def _changed_since(repo: Path, info: dict, paths: list[str]) -> list[str]:
     return changed
 
 
-def _end_stopped(gd: Path) -> None:
-    """Remove the state of a `git am` or `git revert` the run's git left stopped."""
-    for name in ("rebase-apply", "sequencer"):
-        shutil.rmtree(gd / name, ignore_errors=True)
-    for name in ("REVERT_HEAD", "MERGE_MSG"):
-        (gd / name).unlink(missing_ok=True)
+def _end_stopped(repo: Path, gd: Path) -> None:
+    """End the `git am` or `git revert` the run's git left stopped, HEAD, index and files as they are: git's own
+    `revert --quit` (its sequencer, REVERT_HEAD, MERGE_MSG, AUTO_MERGE …) and `rebase-apply/`, however far a killed
+    `git am` got in writing it."""
+    gitutil.git(repo, "revert", "--quit", check=False)
+    shutil.rmtree(gd / "rebase-apply", ignore_errors=True)
 
 
 def _restore(repo: Path, gd: Path, head: str, paths: list[str]) -> None:
     """Put the branch back at `head` and the run's files back as `head` holds them, in the index and the working
     tree, leaving every other file (the user's edits, staged files) as it is; end git's stopped am or revert."""
-    _end_stopped(gd)
+    _end_stopped(repo, gd)
     if gitutil.head(repo) != head:
         gitutil.git(repo, "reset", "-q", "--soft", head)
     present = gitutil.git(repo, "ls-tree", "-r", "-z", "--name-only", head, "--", *paths, env=LITERAL).stdout
