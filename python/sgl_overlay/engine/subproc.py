@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import signal
 import subprocess
@@ -31,40 +32,29 @@ _held = 0  # > 0: checkpoints do not raise (a rollback must finish)
 _done = 0  # > 0: a change has completed and its report is not out yet: checkpoints do not raise
 _completed = False  # a change of this run has completed
 
-# What `git rev-parse --local-env-vars` prints (git 2.39 to 2.47), plus the variables that
-# change which repository git finds or which refs it reads.
-GIT_REPO_ENV = frozenset(
-    {
-        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-        "GIT_CONFIG",
-        "GIT_CONFIG_PARAMETERS",
-        "GIT_CONFIG_COUNT",
-        "GIT_OBJECT_DIRECTORY",
-        "GIT_DIR",
-        "GIT_WORK_TREE",
-        "GIT_IMPLICIT_WORK_TREE",
-        "GIT_GRAFT_FILE",
-        "GIT_INDEX_FILE",
-        "GIT_NO_REPLACE_OBJECTS",
-        "GIT_REPLACE_REF_BASE",
-        "GIT_PREFIX",
-        "GIT_INTERNAL_SUPER_PREFIX",
-        "GIT_SHALLOW_FILE",
-        "GIT_COMMON_DIR",
-        "GIT_CEILING_DIRECTORIES",
-        "GIT_DISCOVERY_ACROSS_FILESYSTEM",
-        "GIT_NAMESPACE",
-        "GIT_QUARANTINE_PATH",
-    }
-)
+# What changes which repository git finds or which refs it reads, besides what git lists as its repository-local
+# variables (`git rev-parse --local-env-vars`: GIT_DIR, GIT_INDEX_FILE, GIT_CONFIG_PARAMETERS, ...).
+_MORE_GIT_ENV = ("GIT_CEILING_DIRECTORIES", "GIT_DISCOVERY_ACROSS_FILESYSTEM", "GIT_NAMESPACE", "GIT_QUARANTINE_PATH")
+
+
+@functools.cache
+def git_repo_env() -> frozenset[str]:
+    """git's repository-local variables as the git on PATH lists them, and _MORE_GIT_ENV."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    try:
+        listed = subprocess.run(["git", "rev-parse", "--local-env-vars"], capture_output=True, text=True, env=env)
+    except OSError:  # no git to run: `gitutil.ensure_git_runs` says so
+        return frozenset(_MORE_GIT_ENV)
+    return frozenset([*listed.stdout.split(), *_MORE_GIT_ENV])
 
 
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """This process's environment without GIT_REPO_ENV (nor GIT_CONFIG_KEY_n/VALUE_n), plus RUN_ENV and `extra`."""
+    """This process's environment without git_repo_env() (nor GIT_CONFIG_KEY_n/VALUE_n), plus RUN_ENV and `extra`."""
+    drop = git_repo_env()
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in GIT_REPO_ENV and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))
+        if k not in drop and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))
     }
     return {**env, RUN_ENV: this_run(), **(extra or {})}
 
