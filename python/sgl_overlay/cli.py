@@ -84,14 +84,16 @@ def cmd_apply(args: argparse.Namespace, ctx: Context) -> int:
     folder) gets one line saying what its patch would do; -t NAME applies it. --abort rolls back what a killed
     apply or revert left (its journal in the git directory) and removes its lock."""
     if args.abort:
-        for co in ctx.checkouts(args):
-            say(transaction.abort(co.path).line())
-            subproc.release()
-        return 0
+        return _change_each(args, ctx, lambda co: [transaction.abort(co.path).line()])
+    return _change_each(args, ctx, lambda co: operations.apply(co, args.strict).lines())
+
+
+def _change_each(args: argparse.Namespace, ctx: Context, change: Callable[[Checkout], list[str]]) -> int:
+    """Change each checkout in turn, printing its report before the next (a signal then stops before it)."""
     for co in ctx.checkouts(args):
-        for line in operations.apply(co, args.strict).lines():
+        for line in change(co):
             say(line)
-        subproc.release()  # its report is out: a signal now stops before the next checkout
+        subproc.release()
     return 0
 
 
@@ -121,11 +123,7 @@ def cmd_status(args: argparse.Namespace, ctx: Context) -> int:
 
 def cmd_revert(args: argparse.Namespace, ctx: Context) -> int:
     """Remove exactly the overlay's commits (reset when on top, else `git revert`); refuses a dirty tree."""
-    for co in ctx.checkouts(args):
-        for line in operations.revert(co).lines():
-            say(line)
-        subproc.release()
-    return 0
+    return _change_each(args, ctx, lambda co: operations.revert(co).lines())
 
 
 def cmd_verify(args: argparse.Namespace, ctx: Context) -> int:

@@ -19,6 +19,7 @@ from synth import (
     clone,
     edit_line,
     git,
+    kill_inside_am,
     make_overlay,
     one_error,
     pin_wheel,
@@ -74,6 +75,24 @@ def test_status_on_a_read_only_checkout_is_right_and_says_read_only(tmp_path: Pa
         assert check.returncode == 1, check
         assert check.stdout.startswith(f"would fail: {view} is read-only (git cannot write its objects)"), check
         assert snapshot(view) == before
+
+
+def test_abort_on_a_read_only_checkout_says_it_is_read_only(tmp_path: Path) -> None:
+    """An apply killed mid `git am`, the checkout then seen read-only: `--abort` says so in one line, naming the
+    killed run and the step that rolls it back once it is writable (not a file of git's it could not remove),
+    and changes nothing; that step then rolls the run back."""
+    ov = make_overlay(tmp_path)
+    base, co = ["--patches", str(ov.patches)], clone(ov.upstream, tmp_path / "checkout")
+    head = git(co, "rev-parse", "HEAD")
+    kill_inside_am(tmp_path, co, base, "post-applypatch", 1)
+    with _read_only(co, tmp_path / "ro") as view:
+        before = snapshot(view)
+        line = one_error(cli(*base, "apply", "--abort", "--checkout", str(view)))
+        assert line.startswith(f"{view} is read-only: `--abort` cannot roll back the killed `sgl-overlay apply`"), line
+        assert line.endswith(f"then run `sgl-overlay apply --abort --checkout {view}` again"), line
+        assert snapshot(view) == before
+    abort = cli(*base, "apply", "--abort", "--checkout", str(co))
+    assert abort.returncode == 0 and git(co, "rev-parse", "HEAD") == head, abort
 
 
 def test_a_bare_repository_is_named(tmp_path: Path) -> None:

@@ -124,6 +124,21 @@ def test_full_context_patch_merged_3way_counts_as_applied(tmp_path: Path) -> Non
     assert (co / KERNEL_TEST).read_text() == KERNEL_TEST_UPSTREAM
 
 
+def test_a_patch_merged_3way_beside_an_upstream_line_counts_as_applied(tmp_path: Path) -> None:
+    """Upstream changed a line within the first patch's context, which then goes in 3-way (and adds a test file):
+    right after apply both patches read `applied`, not `applied (older)`; revert removes both."""
+    ov = make_overlay(tmp_path)
+    co = clone(ov.upstream, tmp_path / "co")
+    write(co, "python/sglang/model.py", edit_line(MODEL_PY, "line 7\n", "line 7 upstream\n"))
+    git(co, "commit", "-qam", "upstream: line 7")
+    base = ["--patches", str(ov.patches)]
+    assert _states(_run(*base, "status", "--checkout", str(co))) == ["applicable (3-way)", "applicable"]
+    assert "applied 2 patch(es)" in _run(*base, "apply", "--checkout", str(co))
+    assert _states(_run(*base, "status", "--checkout", str(co))) == ["applied", "applied"]
+    assert "(reset)" in _run(*base, "revert", "--checkout", str(co))
+    assert (co / "python/sglang/model.py").read_text() == edit_line(MODEL_PY, "line 7\n", "line 7 upstream\n")
+
+
 def test_kt_fork_before_the_package_rename_is_still_the_kt_fork(tmp_path: Path) -> None:
     """Older fork commits name the package `sglang`: the fork's own file decides."""
     ov = make_fork_overlay(tmp_path)

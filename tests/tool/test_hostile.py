@@ -217,7 +217,7 @@ def test_abort_keeps_commits_the_dead_run_did_not_make(tmp_path: Path) -> None:
     base, co = _setup(tmp_path)
     head = git(co, "rev-parse", "HEAD")
     run = {"version": 2, "pid": _dead_pid(), "start": None, "host": socket.gethostname(), "run": "0-0"}
-    lists = dict.fromkeys(("targets", "subjects", "paths", "blobs", "made", "done"), [])
+    lists = dict.fromkeys(("subjects", "paths", "blobs"), [])
     (co / ".git" / JOURNAL).write_text(
         json.dumps({**run, "command": "apply", "started": 0, "head": head, "branch": "refs/heads/main", **lists})
     )

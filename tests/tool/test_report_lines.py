@@ -207,10 +207,10 @@ def test_abort_lines():
     assert Aborted(CO, run, Path("/co/.git/sgl-overlay.lock")).line() == (
         "removed the stale lock /co/.git/sgl-overlay.lock of `sgl-overlay apply` (pid 41); nothing to roll back in /co"
     )
-    rolled = Aborted(CO, run, None, SHA, ("sglang/0001-a.patch",))
+    rolled = Aborted(CO, run, None, SHA, ("fedcba9876543210" * 2 + "f" * 8,))
     assert rolled.line() == (
         "rolled back the killed `sgl-overlay apply` (pid 41) in /co: HEAD 0123456789ab again, as before it ran; "
-        "it had done sglang/0001-a.patch"
+        "it had made commit(s) fedcba987654"
     )
     assert who({}) == "`sgl-overlay ?` (pid ?)"
 

@@ -27,6 +27,7 @@ from synth import (
     MODEL_PY,
     Overlay,
     add_kernel_target,
+    blob,
     cli,
     clone,
     git,
@@ -104,20 +105,25 @@ def test_patched_wheel_installs_and_doctor_tells(tmp_path: Path) -> None:
     assert proc.stdout.count("[ok] sglang") == 2 and "MISSING" not in proc.stdout
 
 
-def test_wheel_from_user_checkout_uses_upstream_build(tmp_path: Path) -> None:
-    """`wheels --checkout`: refuses before the series is in, then builds python/ with pip."""
-    ov = make_overlay(tmp_path)
+def test_wheel_from_user_checkout_uses_upstream_build_and_doctor_knows_it(tmp_path: Path) -> None:
+    """`wheels --checkout`: refuses before the series is in, then builds python/ with pip. The checkout is not at
+    the pins (a line upstream added on top moves the patches' lines, and the second patch changes a line within the
+    first one's context), so the build's files are the checkout's, not the pinned post-images, and neither patch
+    reverse-applies alone: doctor names the installed wheel as that build, not MODIFIED."""
+    ov = make_overlay(tmp_path, second="line 12")
     co = clone(ov.upstream, tmp_path / "co")
     (co / "python/pyproject.toml").write_text(
         '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n\n'
         '[project]\nname = "sglang"\nversion = "1.0"\n\n[tool.setuptools]\npackages = ["sglang"]\n'
     )
     (co / "python/sglang/__init__.py").write_text("")
+    write(co, "python/sglang/model.py", "# upstream's line\n" + MODEL_PY)
     git(co, "add", "-A")
-    git(co, "commit", "-qm", "local packaging")
+    git(co, "commit", "-qm", "local packaging, upstream's line")
     out = tmp_path / "dist"
     proc = cli("--patches", str(ov.patches), "wheels", "--checkout", str(co), "--out", str(out))
-    assert proc.returncode == 1 and "is applicable in" in proc.stderr and "run `sgl-overlay apply" in proc.stderr
+    assert proc.returncode == 1 and "is applicable in" in proc.stderr, proc.stderr
+    assert "run `sgl-overlay apply" in proc.stderr, proc.stderr
     assert cli("--patches", str(ov.patches), "apply", "--checkout", str(co)).returncode == 0
     write(co, "python/sglang/mine.py", "x = 1\n")  # untracked: the build is of HEAD's files only
     proc = cli("--patches", str(ov.patches), "wheels", "--checkout", str(co), "--out", str(out))
@@ -131,6 +137,27 @@ def test_wheel_from_user_checkout_uses_upstream_build(tmp_path: Path) -> None:
     # no build/ or *.egg-info left behind, no worktree
     assert git(co, "status", "--porcelain", "--ignored") == "?? python/sglang/mine.py"
     assert len(git(co, "worktree", "list").splitlines()) == 1
+    site = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check", "--target"]
+    subprocess.run([*pip, str(site), str(built)], check=True)
+    doctor = cli("--patches", str(ov.patches), "doctor", "--no-live", "--site", str(site), "--dist", str(out))
+    rows = [ln.strip() for ln in doctor.stdout.splitlines() if ln.strip().startswith("[")]
+    head = git(co, "rev-parse", "HEAD")[:12]
+    assert rows == [
+        f"[ok] sglang: installed 1.0+overlay.1: built by `sgl-overlay wheels --checkout` from {co} at {head}, "
+        "where the series was in; its files are that commit's"
+    ], doctor.stdout
+    assert doctor.returncode == 0, doctor
+    mark = site / "sglang-1.0+overlay.1.dist-info" / "sgl_overlay_build.json"  # as an older series' build has it
+    mark.write_text(mark.read_text().replace(blob((co / "python/sglang/hook.py").read_text()), "0" * 40))
+    doctor = cli("--patches", str(ov.patches), "doctor", "--no-live", "--site", str(site), "--dist", str(out))
+    assert doctor.returncode == 1, doctor
+    assert f"[MISSING] sglang: installed 1.0+overlay.1: built by `sgl-overlay wheels --checkout` from {co} at " in (
+        doctor.stdout
+    )
+    assert f"with another version of the series\n      fix: rebuild it with `sgl-overlay wheels --checkout {co}`" in (
+        doctor.stdout
+    )
 
 
 def test_wheel_from_checkout_refuses_what_it_cannot_build(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from packaging.version import Version
 
 from sgl_overlay.builds import routes
 from sgl_overlay.builds.wheels import (
+    BUILD_MARK,
     no_wheel_fits,
     patched_wheel_name,
     shipped_changes,
@@ -31,7 +32,7 @@ KERNEL_NAMES = ("sglang-kernel", "sgl-kernel")  # every kernel distribution doct
 # Runs inside the inspected interpreter: standard library only.
 _PROBE = r"""
 import importlib.metadata as md, importlib.util, json, os, re, sys
-names = sys.argv[1:]
+names = sys.argv[2:]
 dists = {}
 for name in names:
     try:
@@ -40,6 +41,7 @@ for name in names:
         continue
     dists[name] = {"version": d.version, "root": str(d.locate_file(""))}
     dists[name]["requires"] = d.requires or []
+    dists[name]["build"] = d.read_text(sys.argv[1])  # what `wheels --checkout` wrote (None: another build)
 try:
     torch_version = md.version("torch")
 except md.PackageNotFoundError:
@@ -111,7 +113,7 @@ def probe(python: str, dists: list[str], live: bool, site: Path | None = None) -
     env = {}
     if site is not None:  # an install made with `pip install --target DIR`
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH", "")]))
-    proc = subproc.run([python, "-c", _PROBE, *names], f"inspecting {python}", env=env)
+    proc = subproc.run([python, "-c", _PROBE, BUILD_MARK, *names], f"inspecting {python}", env=env)
     last = (proc.stdout.strip().splitlines() or [""])[-1]
     try:
         found = json.loads(last)
@@ -143,30 +145,50 @@ def check_python_target(
     name = target.name
     fix, fits = wheel_fix(manifest, target, dist_dir, python)
     installed = Version(info["version"])
-    final = shipped_changes(series)
+    built = _checkout_build(info)
+    if built and built["series"] != shipped_changes(series):
+        what = f"installed {installed}: {_built_by(built)} with another version of the series"
+        rebuild = f"rebuild it with `sgl-overlay wheels --checkout {built['checkout']}` (it names what to do first)"
+        return [Finding(name, what, False, f"{rebuild}, then install that wheel")]
+    final = built["blobs"] if built else shipped_changes(series)  # what the files are where the fixes are in
     root = Path(info["root"])
     findings = []
     stock = series.preimages()
     for patch in series.patches:
         shipped = {p: rel for p in patch.touched() if (rel := wheel_path_of(target, p)) is not None}
         have = {rel: gitutil.file_blob(root / rel) for rel in shipped.values()}
-        ok = all(have[rel] == final[rel] for rel in have) or _holds_change(patch, root, target)
-        edited = [(rel, p) for p, rel in shipped.items() if have[rel] not in (final[rel], stock.get(p))]
+        ok = all(have[rel] == final.get(rel) for rel in have) or _holds_change(patch, root, target)
+        edited = [(rel, p) for p, rel in shipped.items() if have[rel] not in (final.get(rel), stock.get(p))]
         modified = None
         if not ok and edited and not _holds_change(patch, root, target, reverse=False):
             rel, p = edited[0]
-            modified = Edited(root / rel, have[rel], stock.get(p), final[rel])
+            modified = Edited(root / rel, have[rel], stock.get(p), final.get(rel))
         findings.append(Finding(name, f"{patch.subject} ({len(shipped)} file(s))", ok, fix, modified))
-    if installed.base_version == target.version:
-        return findings
-    if all(f.ok for f in findings):  # a build of a checkout with the series in (`wheels --checkout`, pip)
-        what = f"installed {installed}: its files are the series' post-images (a build of a patched checkout)"
+    if built and all(f.ok for f in findings):
+        what = f"installed {installed}: {_built_by(built)}, where the series was in; its files are that commit's"
         return [Finding(name, what, True, "")]
-    if installed.local == manifest.local_version:
-        what = f"installed {installed}: built by `sgl-overlay wheels --checkout` once the series was in"
+    if built or installed.base_version == target.version:
+        return findings
+    if all(f.ok for f in findings):  # a build of a checkout with the series in (pip's own)
+        what = f"installed {installed}: its files are the series' post-images (a build of a patched checkout)"
         return [Finding(name, what, True, "")]
     what = f"installed {installed}, the overlay pins {target.version}: fixes not checked"
     return [Finding(name, what, False, f"pip install {target.requirement} && {fix}" if fits else fix)]
+
+
+def _checkout_build(info: dict) -> dict | None:
+    """What `wheels --checkout` recorded in the installed wheel (BUILD_MARK), None for another build or a record
+    this version cannot read."""
+    try:
+        mark = json.loads(info.get("build") or "null")
+    except ValueError:
+        return None
+    keys = {"checkout": str, "commit": str, "series": dict, "blobs": dict}
+    return mark if isinstance(mark, dict) and all(isinstance(mark.get(k), t) for k, t in keys.items()) else None
+
+
+def _built_by(mark: dict) -> str:
+    return f"built by `sgl-overlay wheels --checkout` from {mark['checkout']} at {mark['commit'][:12]}"
 
 
 def _holds_change(patch: Patch, root: Path, target: Target, reverse: bool = True) -> bool:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -179,6 +179,8 @@ def build_from_checkout(co: Checkout, out_dir: Path, local_version: str) -> Path
             f"build; build from a writable clone (`git clone {checkout} DIR`)"
         )
     out_dir.mkdir(parents=True, exist_ok=True)
+    series = {rel: blob for t in projects for rel, blob in shipped_changes(co.series[t.name]).items()}
+    mark = {"checkout": str(checkout), "commit": gitutil.head(checkout), "series": series}
     with scratch.folder("pip-wheel") as tmp:
         head = Path(tmp) / "head"  # HEAD's files as git has them: no untracked, ignored or build file of the checkout
         gitutil.git(checkout, "-c", "core.hooksPath=/dev/null", "worktree", "add", "-q", "--detach", str(head), "HEAD")
@@ -190,7 +192,7 @@ def build_from_checkout(co: Checkout, out_dir: Path, local_version: str) -> Path
             made = sorted(Path(tmp).glob("*.whl"))
             if not made:
                 raise OverlayError(f"pip wheel produced no wheel from {source}")
-            return _labelled(made[0], out_dir, local_version, source)
+            return _labelled(made[0], out_dir, local_version, source, mark)
         finally:
             gitutil.git(checkout, "worktree", "remove", "--force", str(head), check=False)
 
@@ -210,8 +212,14 @@ def _build_failure(proc: subprocess.CompletedProcess) -> str:
 KT_VERSION_ENV = "SGLANG_KT_VERSION"  # what the KT fork's python/setup.py reads its version from (no tags)
 
 
-def _labelled(wheel: Path, out_dir: Path, local_version: str, source: Path) -> Path:
-    """`wheel` repacked into `out_dir` with the overlay's local label; refuses a version the build made up."""
+# What `wheels --checkout` writes into the wheel's dist-info: the checkout, its commit, the series' post-image of
+# each file the series changes, and that file's blob as the wheel holds it (the checkout's), which `doctor` compares.
+BUILD_MARK = "sgl_overlay_build.json"
+
+
+def _labelled(wheel: Path, out_dir: Path, local_version: str, source: Path, mark: dict) -> Path:
+    """`wheel` repacked into `out_dir` with the overlay's local label (unless it has one) and BUILD_MARK; refuses
+    a version the build made up."""
     name, version, _, _ = parse_wheel_filename(wheel.name)
     if version.public.startswith("0.0.0"):
         setup = source / "setup.py"
@@ -225,12 +233,14 @@ def _labelled(wheel: Path, out_dir: Path, local_version: str, source: Path) -> P
             f"upstream's build gave {name} version {version} (its fallback when it finds no version, e.g. a clone "
             "without tags); fetch the release tags (`git fetch --tags`) and build again"
         )
-    if version.local:
-        shutil.copy2(wheel, out_dir / wheel.name)
-        return out_dir / wheel.name
+    label = version.local or local_version
     with scratch.folder("relabel") as tmp:
         subproc.run([sys.executable, "-m", "wheel", "unpack", "-d", tmp, wheel], f"unpacking {wheel.name}")
         (unpacked,) = [p for p in Path(tmp).iterdir() if p.is_dir()]
-        pack = [sys.executable, "-m", "wheel", "pack", "-d", out_dir, "--local-version", local_version, unpacked]
-        subproc.run(pack, f"labelling {wheel.name} +{local_version}")
-    return _packed(out_dir / patched_wheel_name(wheel.name, local_version))
+        blobs = {rel: gitutil.file_blob(unpacked / rel) for rel in mark["series"]}
+        (info,) = unpacked.glob("*.dist-info")
+        (info / BUILD_MARK).write_text(json.dumps({**mark, "blobs": blobs}))
+        relabel = [] if version.local else ["--local-version", local_version]
+        pack = [sys.executable, "-m", "wheel", "pack", "-d", out_dir, *relabel, unpacked]
+        subproc.run(pack, f"labelling {wheel.name} +{label}")
+    return _packed(out_dir / patched_wheel_name(wheel.name, label))

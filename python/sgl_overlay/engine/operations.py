@@ -112,7 +112,7 @@ class StatusReport:
         if self.read_only:
             lines.append(
                 f"note: {self.path} is read-only: the states below are read all the same (git's new objects go to "
-                "a private store of this run); apply and revert need it writable"
+                "a private store of this run); apply, revert and `--abort` need it writable"
             )
         if u := self.uncommitted:
             lines.append(
@@ -496,7 +496,6 @@ def apply(co: Checkout, strict: bool = False) -> ApplyReport:
         to_apply, sv, warnings = plan(co, strict)
         if not to_apply:
             return ApplyReport(co.path, warnings, _notes(co, sv), already=already_in(co, sv))
-        targets = [t.name for t in co.required]
         subjects = [r.patch.subject for t in co.required for r in sv.rows[t.name]]
         paths, blobs = _writes(co)
         blobs += _merged(co.path, to_apply, paths)
@@ -506,7 +505,7 @@ def apply(co: Checkout, strict: bool = False) -> ApplyReport:
             if co.made is not None:
                 records.add_commits(gitutil.common_dir(co.path), co.path, dict(zip(made, labels)))
 
-        with transaction.Change(co.path, "apply", targets, subjects, paths, blobs, on_kept=record) as change:
+        with transaction.Change(co.path, "apply", subjects, paths, blobs, on_kept=record) as change:
             # Consecutive patches with the same path mapping go in one `git am`.
             for flags, group in groupby(to_apply, key=lambda item: item[1]):
                 patches = [path for path, _ in group]
@@ -518,7 +517,6 @@ def apply(co: Checkout, strict: bool = False) -> ApplyReport:
                         f"{stuck or 'the series'} did not apply in {co.path}: {stop}; tree left unchanged "
                         "(see `sgl-overlay status`)"
                     )
-                change.done(", ".join(f"{p.parent.name}/{p.name}" for p in patches))
             record(change.made())
             others = transaction.foreign_commits(co.path, change.head, subjects)
     upstream = sum(r.state == State.UPSTREAM for t in co.required for r in sv.rows[t.name])
@@ -595,7 +593,7 @@ def revert(co: Checkout) -> RevertReport:
         if on_top:  # what `git reset` writes: the files as they are below the overlay's commits
             below = gitutil.git(co.path, "ls-tree", "-r", "-z", f"HEAD~{len(commits)}", "--", *paths).stdout
             blobs += [entry.split()[2] for entry in below.split("\0") if entry]
-        with transaction.Change(co.path, "revert", list(st), subjects, paths, blobs) as change:
+        with transaction.Change(co.path, "revert", subjects, paths, blobs) as change:
             if on_top:
                 gitutil.git(co.path, "reset", "-q", "--hard", f"HEAD~{len(commits)}")
                 how = "reset"

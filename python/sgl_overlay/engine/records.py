@@ -18,7 +18,7 @@ from sgl_overlay.errors import OverlayError
 # a lock without one is an older version's, whose pid and start still name its run.
 VERSION = 2
 SHA = re.compile(r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")  # a SHA-1 or SHA-256 object id
-_JOURNAL_LISTS = ("targets", "subjects", "paths", "blobs", "made", "done")
+_JOURNAL_LISTS = ("subjects", "paths", "blobs")  # (other fields an earlier writer of this format added: unread)
 
 
 def write(path: Path, data: dict) -> None:
@@ -91,24 +91,7 @@ def _journal_problem(data: object) -> str:
         value = data.get(key)
         if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             return f"its {key} is {value!r}"
-    if not all(SHA.match(c) for c in data["made"]):
-        return "its made lists a non-commit"
-    locks = data.get("locks", [])  # (absent: it recorded no git lock)
-    if not (isinstance(locks, list) and all(_is_lock(e) for e in locks)):
-        return f"its locks is {locks!r}"
     return ""
-
-
-_LOCK_FIELDS = {"path": str, "dev": int, "ino": int, "size": int, "mtime_ns": int, "sha256": str}
-
-
-def _is_lock(entry: object) -> bool:
-    """A git lock file the journal records: where it is and what tells it from another file there."""
-    return (
-        isinstance(entry, dict)
-        and entry.keys() == _LOCK_FIELDS.keys()
-        and all(_is(entry[k], t) for k, t in _LOCK_FIELDS.items())
-    )
 
 
 def read_lock(path: Path, repo: Path) -> dict | None:

@@ -22,9 +22,11 @@ from sgl_overlay.engine.scratch import folder, mkdtemp
 from sgl_overlay.engine.series import Patch, Series, preimage_from_full_context
 
 HISTORY_DEPTH = 2000  # how far back to look for the commit that brought a patch in
-# Context lines around each change when deciding whether a full-context patch is in: one, so
-# that an upstream edit two lines from a change (a 3-way merge keeps both) does not hide it.
+# Context lines around each change when deciding whether a patch is in: one (a full-context patch is rewritten so,
+# `git apply -C` trims any other's), so that an upstream edit two lines from a change (a 3-way merge keeps both)
+# does not hide it.
 NARROW_CONTEXT = 1
+NARROW = f"-C{NARROW_CONTEXT}"
 
 
 class State(StrEnum):
@@ -213,7 +215,7 @@ def _holds(scratch: ScratchIndex, patch: Patch, placement: Placement, side: str)
 def _holds_post_image(scratch: ScratchIndex, patch: Patch, placement: Placement, reverse: Path) -> bool:
     """All of the patch is in: its post-image blobs, or its reverse (`reverse`: the narrowed form for
     full-context targets) applies."""
-    return _holds(scratch, patch, placement, "new") or scratch.apply(reverse, "--check", "-R").returncode == 0
+    return _holds(scratch, patch, placement, "new") or scratch.apply(reverse, "--check", "-R", NARROW).returncode == 0
 
 
 def narrow_context(patch: Patch, dest: Path) -> Path:
@@ -248,7 +250,7 @@ def _post_image(scratch: ScratchIndex, patch: Patch, placement: Placement, rever
     modified = [c.path for c in patch.changes if c.old_blob and c.new_blob]
     added = [c.path for c in patch.changes if not c.old_blob]
     includes = [f"--include={placement.path(p)}" for p in modified]  # matched after the mapping
-    if not (modified and added) or scratch.apply(reverse, "--check", "-R", *includes).returncode != 0:
+    if not (modified and added) or scratch.apply(reverse, "--check", "-R", NARROW, *includes).returncode != 0:
         return None
     return f"{', '.join(modified)} already carry the change; the files it adds ({', '.join(added)}) are not there"
 
@@ -360,7 +362,7 @@ def _peel(scratch: ScratchIndex, series: Series, placement: Placement, reverse: 
     found = set()
     for i in reversed(range(len(series.patches))):
         if _holds_post_image(scratch, series.patches[i], placement, reverse[i]):
-            scratch.apply(reverse[i], "-R")
+            scratch.apply(reverse[i], "-R", NARROW)
             found.add(i)
     return found
 
@@ -386,7 +388,7 @@ def series_status(
         statuses = []
         for i, (patch, rev) in enumerate(zip(series.patches, reverse)):
             if i in held:
-                scratch.apply(rev)  # in again, as the files hold it, for the patches after it
+                scratch.apply(rev, NARROW)  # in again, as the files hold it, for the patches after it
                 statuses.append(
                     _in(repo, patch, placement, "", "the files hold its post-image (reverse-applies cleanly)", made)
                 )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import signal
 import subprocess
@@ -30,43 +31,30 @@ _caught: list[int] = []  # signals received, oldest first
 _held = 0  # > 0: checkpoints do not raise (a rollback must finish)
 _done = 0  # > 0: a change has completed and its report is not out yet: checkpoints do not raise
 _completed = False  # a change of this run has completed
-_watchers: list[Callable[[], None]] = []  # called every WATCH_S while a program runs (`watching`)
-WATCH_S = 0.01
 
-# What `git rev-parse --local-env-vars` prints (git 2.39 to 2.47), plus the variables that
-# change which repository git finds or which refs it reads.
-GIT_REPO_ENV = frozenset(
-    {
-        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-        "GIT_CONFIG",
-        "GIT_CONFIG_PARAMETERS",
-        "GIT_CONFIG_COUNT",
-        "GIT_OBJECT_DIRECTORY",
-        "GIT_DIR",
-        "GIT_WORK_TREE",
-        "GIT_IMPLICIT_WORK_TREE",
-        "GIT_GRAFT_FILE",
-        "GIT_INDEX_FILE",
-        "GIT_NO_REPLACE_OBJECTS",
-        "GIT_REPLACE_REF_BASE",
-        "GIT_PREFIX",
-        "GIT_INTERNAL_SUPER_PREFIX",
-        "GIT_SHALLOW_FILE",
-        "GIT_COMMON_DIR",
-        "GIT_CEILING_DIRECTORIES",
-        "GIT_DISCOVERY_ACROSS_FILESYSTEM",
-        "GIT_NAMESPACE",
-        "GIT_QUARANTINE_PATH",
-    }
-)
+# What changes which repository git finds or which refs it reads, besides what git lists as its repository-local
+# variables (`git rev-parse --local-env-vars`: GIT_DIR, GIT_INDEX_FILE, GIT_CONFIG_PARAMETERS, ...).
+_MORE_GIT_ENV = ("GIT_CEILING_DIRECTORIES", "GIT_DISCOVERY_ACROSS_FILESYSTEM", "GIT_NAMESPACE", "GIT_QUARANTINE_PATH")
+
+
+@functools.cache
+def git_repo_env() -> frozenset[str]:
+    """git's repository-local variables as the git on PATH lists them, and _MORE_GIT_ENV."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    try:
+        listed = subprocess.run(["git", "rev-parse", "--local-env-vars"], capture_output=True, text=True, env=env)
+    except OSError:  # no git to run: `gitutil.ensure_git_runs` says so
+        return frozenset(_MORE_GIT_ENV)
+    return frozenset([*listed.stdout.split(), *_MORE_GIT_ENV])
 
 
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """This process's environment without GIT_REPO_ENV (nor GIT_CONFIG_KEY_n/VALUE_n), plus RUN_ENV and `extra`."""
+    """This process's environment without git_repo_env() (nor GIT_CONFIG_KEY_n/VALUE_n), plus RUN_ENV and `extra`."""
+    drop = git_repo_env()
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in GIT_REPO_ENV and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))
+        if k not in drop and not k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))
     }
     return {**env, RUN_ENV: this_run(), **(extra or {})}
 
@@ -238,9 +226,19 @@ def run(
     """Run `cmd` with its output captured (text unless `input` is bytes); with `check`, a non-zero
     exit raises OverlayError naming `what` and the reason. `env` is added to the clean environment."""
     argv = [str(c) for c in cmd]
+    text = not isinstance(input, bytes)
     checkpoint()
     try:
-        proc = _run(argv, input, cwd, clean_env(env))
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            input=input,
+            text=text,
+            errors="surrogateescape" if text else None,
+            cwd=cwd,
+            env=clean_env(env),
+            preexec_fn=_PREEXEC,
+        )
     except FileNotFoundError:
         if os.sep in argv[0]:
             raise OverlayError(f"{argv[0]} does not exist ({what}); pass the path of an existing program") from None
@@ -258,56 +256,6 @@ def run(
     if check and proc.returncode != 0:
         raise OverlayError(f"{what} failed: {failure_reason(proc)}")
     return proc
-
-
-@contextlib.contextmanager
-def watching(watcher: Callable[[], None]) -> Iterator[None]:
-    """Call `watcher` every WATCH_S while any program runs in the body, and once after each ends: what a program
-    makes and keeps only while it runs (git's lock files) is seen there, and only there."""
-    _watchers.append(watcher)
-    try:
-        yield
-    finally:
-        _watchers.remove(watcher)
-
-
-def _communicate(proc: subprocess.Popen, input: str | bytes | None) -> tuple[str | bytes, str | bytes]:
-    """`proc.communicate(input)`, calling the watchers while it runs."""
-    while True:
-        for watcher in list(_watchers):
-            watcher()
-        try:
-            out, err = proc.communicate(input, timeout=WATCH_S)
-        except subprocess.TimeoutExpired:
-            input = None  # sent already: a second communicate carries on with it
-            continue
-        for watcher in list(_watchers):
-            watcher()
-        return out, err
-
-
-def _run(
-    argv: list[str], input: str | bytes | None, cwd: Path | None, env: dict[str, str]
-) -> subprocess.CompletedProcess:
-    """subprocess.run with the output captured, watched while it runs when a watcher is registered."""
-    text = not isinstance(input, bytes)
-    options = {
-        "text": text,
-        "errors": "surrogateescape" if text else None,
-        "cwd": cwd,
-        "env": env,
-        "preexec_fn": _PREEXEC,
-    }
-    if not _watchers:
-        return subprocess.run(argv, capture_output=True, input=input, **options)
-    pipes = {
-        "stdout": subprocess.PIPE,
-        "stderr": subprocess.PIPE,
-        "stdin": subprocess.PIPE if input is not None else None,
-    }
-    with subprocess.Popen(argv, **pipes, **options) as proc:
-        out, err = _communicate(proc, input)
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def cmdline(pid: int) -> str:

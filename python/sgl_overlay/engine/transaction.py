@@ -5,12 +5,12 @@ keeps `rebase-apply/`: a lock, then a journal, then git.
   start time (a pid and its start time name one process: a reused pid is a dead run) and the command; a second
   run names the holder and exits 1.
 - `Change`: `<git dir>/sgl-overlay-journal.json`, written before the first git command that
-  changes the tree (HEAD before and its branch, targets, the subjects of the commits the run may make, the
-  files and blobs it may write, the commits it made). A failure or Ctrl-C rolls back to HEAD before and
+  changes the tree (HEAD before and its branch, the subjects of the commits the run may make, the files and blobs
+  it may write); what it has done since, git's history says. A failure or Ctrl-C rolls back to HEAD before and
   removes the journal; a killed run leaves it, every later command names it, and `abort` rolls it back,
   only when the checkout holds nothing but what the run did (as `git am --abort` keeps the user's work).
-- `GitLocks`: the git lock files the run's own git made, seen while it ran and recorded in the journal; `abort`
-  removes those (when still the same files) and no other.
+- `abort` removes the git lock files of the names the run's git takes once no process may hold them: stale, as
+  git itself calls a lock whose git is gone.
 - git runs in the tool's process group and ends with the tool, removing its locks (see subproc).
 """
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -256,7 +255,7 @@ def rollback(repo: Path, orig: str, tip: str | None = None) -> None:
             gitutil.git(repo, "am", "--abort", check=False)
         if (gd / "sequencer").exists() or (gd / "REVERT_HEAD").exists():
             gitutil.git(repo, "revert", "--abort", check=False)
-            _end_stopped(gd)  # what a `git revert` that could not even abort leaves (an invalid date in its env)
+            _end_stopped(repo, gd)  # what a `git revert` that could not even abort leaves (an invalid date in its env)
         now = gitutil.head(repo)
         if now != orig and tip is not None:
             moved = gitutil.git(repo, "update-ref", "-m", "sgl-overlay: roll back", "HEAD", orig, tip, check=False)
@@ -280,7 +279,6 @@ class Change:
         self,
         repo: Path,
         command: str,
-        targets: Sequence[str],
         subjects: Sequence[str],
         paths: Sequence[str] = (),
         blobs: Sequence[str] = (),
@@ -296,31 +294,19 @@ class Change:
             "started": time.time(),
             "head": self.head,
             "branch": branch or None,  # None: a detached HEAD
-            "targets": list(targets),
             "subjects": list(subjects),  # what this run may commit: abort drops only these
             "paths": sorted(set(paths)),
             "blobs": sorted(set(blobs)),
-            "made": [],  # the commits it made, as each step ends
-            "done": [],
-            "locks": [],  # git's lock files its git made (GitLocks)
         }
-        self.watch = contextlib.ExitStack()
 
     def __enter__(self) -> Change:
-        locks = GitLocks(self.repo, self.journal, self.data)  # what is there before the run is not its
         try:
             records.write(self.journal, self.data)
         except OSError as exc:
             raise OverlayError(
                 f"cannot write {self.journal} ({exc.strerror}); {_writable(self.repo, exc.strerror)}"
             ) from None
-        self.watch.enter_context(subproc.watching(locks))
         return self
-
-    def done(self, what: str) -> None:
-        self.data["done"].append(what)
-        self.data["made"] = self.made()
-        records.write(self.journal, self.data)
 
     def made(self) -> list[str]:
         """The commits this run made so far, oldest first (not those another made on the branch meanwhile)."""
@@ -346,18 +332,16 @@ class Change:
 
     def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
         if typ is None and subproc.caught() is None:
-            self.watch.close()  # (a watch after this would write the journal again)
             self.journal.unlink(missing_ok=True)  # the change is complete: a later signal only ends the run
             subproc.hold()
             return False
         with subproc.held():
             tip = gitutil.head(self.repo)
             others = foreign_commits(self.repo, self.head, self.data["subjects"], tip)
-            with self.watch:
-                if others:  # a rollback would reset them off the branch: only git's stopped operation ends
-                    _restore(self.repo, gitutil.git_dir(self.repo), tip, _run_paths(self.repo, self.data))
-                else:
-                    rollback(self.repo, self.head, tip)  # a failure of the rollback keeps the journal for `abort`
+            if others:  # a rollback would reset them off the branch: only git's stopped operation ends
+                _restore(self.repo, gitutil.git_dir(self.repo), tip, _run_paths(self.repo, self.data))
+            else:
+                rollback(self.repo, self.head, tip)  # a failure of the rollback keeps the journal for `abort`
             self.journal.unlink(missing_ok=True)
             if others:
                 raise self.kept(others, exc) from None
@@ -434,18 +418,18 @@ def _changed_since(repo: Path, info: dict, paths: list[str]) -> list[str]:
     return changed
 
 
-def _end_stopped(gd: Path) -> None:
-    """Remove the state of a `git am` or `git revert` the run's git left stopped."""
-    for name in ("rebase-apply", "sequencer"):
-        shutil.rmtree(gd / name, ignore_errors=True)
-    for name in ("REVERT_HEAD", "MERGE_MSG"):
-        (gd / name).unlink(missing_ok=True)
+def _end_stopped(repo: Path, gd: Path) -> None:
+    """End the `git am` or `git revert` the run's git left stopped, HEAD, index and files as they are: git's own
+    `revert --quit` (its sequencer, REVERT_HEAD, MERGE_MSG, AUTO_MERGE …) and `rebase-apply/`, however far a killed
+    `git am` got in writing it."""
+    gitutil.git(repo, "revert", "--quit", check=False)
+    shutil.rmtree(gd / "rebase-apply", ignore_errors=True)
 
 
 def _restore(repo: Path, gd: Path, head: str, paths: list[str]) -> None:
     """Put the branch back at `head` and the run's files back as `head` holds them, in the index and the working
     tree, leaving every other file (the user's edits, staged files) as it is; end git's stopped am or revert."""
-    _end_stopped(gd)
+    _end_stopped(repo, gd)
     if gitutil.head(repo) != head:
         gitutil.git(repo, "reset", "-q", "--soft", head)
     present = gitutil.git(repo, "ls-tree", "-r", "-z", "--name-only", head, "--", *paths, env=LITERAL).stdout
@@ -528,91 +512,17 @@ def git_lock_names(repo: Path, branch: str | None) -> list[Path]:
     return list(dict.fromkeys(names))
 
 
-def _identity(path: Path) -> dict | None:
-    """What tells this file from any other at `path`: device, inode, size, mtime and content (None: absent)."""
-    try:
-        st = os.lstat(path)
-        data = path.read_bytes()
-    except OSError:
-        return None
-    digest = hashlib.sha256(data).hexdigest()
-    return {
-        "path": str(path),
-        "dev": st.st_dev,
-        "ino": st.st_ino,
-        "size": st.st_size,
-        "mtime_ns": st.st_mtime_ns,
-        "sha256": digest,
-    }
-
-
-def _file_id(path: Path) -> tuple[int, int] | None:
-    """The device and inode of the file at `path` (None: absent)."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-class GitLocks:
-    """Watches git's lock files while the run's programs run (`subproc.watching`) and records in the journal
-    those its own git made: absent when the run began, present while its git ran and no other git worked in the
-    checkout. git removes a lock as it finishes; one left is a killed git's, and `abort` removes it only while it
-    is still the file recorded. The record follows each lock as git writes it and drops it once git is done."""
-
-    def __init__(self, repo: Path, journal: Path, data: dict):
-        self.repo, self.journal, self.data = repo, journal, data
-        self.names = git_lock_names(repo, data.get("branch"))
-        self.dirs = [gitutil.git_dir(repo), gitutil.common_dir(repo)]
-        self.before = {str(p): _file_id(p) for p in self.names}  # there before the run: never its
-
-    def _another_git(self) -> bool:
-        """A git that is not the run's works in the checkout: a lock that appears now may be its."""
-        ours = set(subproc.processes_of(subproc.this_run()))
-        return any(pid not in ours for pid in subproc.processes_in(self.dirs, self.repo))
-
-    def __call__(self) -> None:
-        recorded = {e["path"]: e for e in self.data["locks"]}
-        now = []
-        for path in self.names:
-            seen = _identity(path)
-            if seen is None:
-                continue
-            was = recorded.get(str(path))
-            if was is not None and (was["dev"], was["ino"]) == (seen["dev"], seen["ino"]):
-                now.append(seen)  # the run's lock, as its git has written it so far
-            elif self.before[str(path)] != (seen["dev"], seen["ino"]) and not self._another_git():
-                now.append(seen)
-        if now != self.data["locks"]:
-            self.data["locks"] = now
-            with contextlib.suppress(OSError):  # unrecorded, a lock is only named by `abort`, never removed
-                records.write(self.journal, self.data)
-
-
-def _git_locks(repo: Path, info: dict, journal: Path, lock: Path) -> list[Path]:
-    """git's lock files that the killed run's git left: those its journal records, still the same files, with no
-    live process that may hold them. Refuses, in one line and before anything is changed, a lock a live git may
-    hold or one the journal does not record: neither is known to be the run's, and none is removed."""
+def _stale_git_locks(repo: Path, info: dict) -> list[Path]:
+    """git's lock files of the names the killed run's git takes, once no process may hold them: stale, as git
+    itself calls a lock whose git is gone (whichever git left it). Refuses, in one line and before anything is
+    changed, while a live git may hold one."""
     present = [p for p in git_lock_names(repo, info["branch"]) if p.exists()]
-    if not present:
-        return []
-    holders = subproc.processes_in([gitutil.git_dir(repo), gitutil.common_dir(repo)], repo)
+    holders = subproc.processes_in([gitutil.git_dir(repo), gitutil.common_dir(repo)], repo) if present else []
     if holders:
         raise OverlayError(
             f"{present[0]} may be held by pid {holders[0]} (`{subproc.cmdline(holders[0]) or '?'}`), which works in "
             f"{repo}, not by the killed {who(info)}: nothing was changed; let that git finish (or end it), then abort "
             "again"
-        )
-    recorded = {e["path"]: e for e in info.get("locks", [])}
-    theirs = [p for p in present if recorded.get(str(p)) != _identity(p)]
-    if theirs:
-        one = len(theirs) == 1
-        raise OverlayError(
-            f"{', '.join(map(str, theirs))} {'is not a lock' if one else 'are not locks'} the killed "
-            f"{who(info)} recorded as its git's (another git may have made {'it' if one else 'them'}): "
-            f"nothing was changed; if no git runs in {repo}, remove {'it' if one else 'them'} "
-            f"(`rm {' '.join(map(str, theirs))}`), then abort again"
         )
     return present
 
@@ -639,14 +549,14 @@ def _end_processes(run: str) -> list[int]:
 @dataclass(frozen=True)
 class Aborted:
     """What `apply --abort` did in `repo`: nothing (`run` None), removed the stale `lock` of `run`, or
-    rolled the killed `run` back to `head` (`done`: what it had done; `locks`: git's lock files it left,
+    rolled the killed `run` back to `head` (`made`: the commits it had made; `locks`: git's stale lock files,
     removed; `ended`: its processes that still ran)."""
 
     repo: Path
     run: dict | None = None  # the lock's or the journal's record of that run
     lock: Path | None = None
     head: str = ""
-    done: tuple[str, ...] = ()
+    made: tuple[str, ...] = ()
     locks: tuple[Path, ...] = field(default=())
     ended: tuple[int, ...] = ()
 
@@ -655,8 +565,8 @@ class Aborted:
             return f"nothing to abort in {self.repo}: no sgl-overlay run left a lock or journal there"
         if not self.head:
             return f"removed the stale lock {self.lock} of {who(self.run)}; nothing to roll back in {self.repo}"
-        done = f"; it had done {', '.join(self.done)}" if self.done else ""
-        left = [f"git's lock file(s) {', '.join(p.name for p in self.locks)}"] if self.locks else []
+        done = f"; it had made commit(s) {', '.join(c[:12] for c in self.made)}" if self.made else ""
+        left = [f"git's stale lock file(s) {', '.join(p.name for p in self.locks)}"] if self.locks else []
         left += [f"its process(es) {', '.join(map(str, self.ended))}"] if self.ended else []
         removed = f"; removed what it left: {' and '.join(left)}" if left else ""
         return (
@@ -667,9 +577,8 @@ class Aborted:
 
 def abort(repo: Path) -> Aborted:
     """Roll back what a killed run left in `repo` (its journal), keeping what the user did since in other files,
-    and remove its lock and the git locks its git left; refuses, changing nothing, when the branch moved, commits
-    the run did not make are on top, one of the run's own files was edited since, or a git lock is not the
-    run's. One abort at a time: a second one while it runs is refused in one line."""
+    and remove its lock and git's stale locks; refuses, changing nothing, when the branch moved, commits the run did
+    not make are on top, one of the run's own files was edited since, or a live git may hold a lock. One abort at a time: a second one while it runs is refused in one line."""
     gd = gitutil.git_dir(repo)
     with _one_abort(gd, repo):
         return _roll_back(repo, gd)
@@ -699,24 +608,29 @@ def _roll_back(repo: Path, gd: Path) -> Aborted:
             alive = records.alive(record)
             if alive != records.Alive.NO:
                 raise OverlayError(Leftover(Left.RUNNING, repo, path, record, alive).line())
+    if info is None and held is None:
+        return Aborted(repo)
+    if not os.access(gd, os.W_OK) or gitutil.read_only(repo):
+        what = f"roll back the killed {who(info)} (journal {journal})" if info else f"remove the stale lock {lock}"
+        raise OverlayError(
+            f"{repo} is read-only: `--abort` cannot {what} there, and nothing was changed; make the checkout and its "
+            f".git writable (a read-only mount: remount it read-write), then run `{_abort(repo)}` again"
+        )
     if info is None:
-        if held is None:
-            return Aborted(repo)
         lock.unlink(missing_ok=True)
         return Aborted(repo, held, lock)
     ended = _end_processes(info["run"])
-    locks = _git_locks(repo, info, journal, lock)
+    locks = _stale_git_locks(repo, info)
     _refuse_changes_since(repo, info, journal, lock)
+    made = gitutil.out(repo, "rev-list", "--reverse", f"{info['head']}..HEAD").split()  # all its own, as checked
     with subproc.held():
-        for path in locks:  # the killed git's, and no process lives that may hold them
+        for path in locks:
             path.unlink(missing_ok=True)
-        info["locks"] = []
-        with subproc.watching(GitLocks(repo, journal, info)):  # a killed abort leaves them recorded too
-            _restore(repo, gd, info["head"], _run_paths(repo, info))
+        _restore(repo, gd, info["head"], _run_paths(repo, info))
         journal.unlink(missing_ok=True)
         lock.unlink(missing_ok=True)
     subproc.hold()
-    return Aborted(repo, info, lock, info["head"], tuple(info["done"]), tuple(locks), tuple(ended))
+    return Aborted(repo, info, lock, info["head"], tuple(made), tuple(locks), tuple(ended))
 
 
 def discard_leftovers(repo: Path) -> None:

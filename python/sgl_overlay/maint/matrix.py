@@ -216,7 +216,7 @@ def classify(st: PatchStatus, vtree: Path, at_version: Target) -> Cell:
 def apply_and_commit(vtree: Path, patch: Patch) -> str:
     """`git am -3` one patch; '' on success, else a one-line reason (tree rolled back)."""
     try:
-        with transaction.locked(vtree, "matrix"), transaction.Change(vtree, "matrix", [], [patch.subject]):
+        with transaction.locked(vtree, "matrix"), transaction.Change(vtree, "matrix", [patch.subject]):
             proc = transaction.run_am(vtree, [patch.path], laid_out=True)
             if proc.returncode != 0:
                 raise _AmStopped(proc)
