@@ -4,6 +4,11 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := all
 TOOL := .venv/bin/sgl-overlay
 PYTEST := -m pytest -q -p no:cacheprovider
+# Bytecode, written once into one folder outside the sources and reused by every later process: the
+# suites start dozens of processes that import torch and sglang (seconds of compiling each, where the
+# environment sets PYTHONDONTWRITEBYTECODE and the venvs hold no bytecode).
+export PYTHONPYCACHEPREFIX := $(CURDIR)/build/pycache
+export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: all venvs trees wheels wheels-only installed lint test test-tool test-style test-sglang test-sglang-kt test-kernel \
   test-wheels test-wheels-files test-wheels-sglang test-wheels-sglang-kt test-launch test-image matrix pins clean
@@ -73,22 +78,21 @@ test-sglang-kt: venvs trees
 test-kernel: venvs trees
 	.venvs/sglang/bin/python $(PYTEST) tests/kernel
 
-# The patched wheels, every Python tag, installed: RECORD, byte diff against stock, doctor, the cp312
-# wheel in a Python 3.12 venv, and the stock wheels in the patched role failing the K3 and KT suites
-# (tests/wheels). Then, against the installed stock and patched wheels (the first pinned one: cp311 for
-# sglang) instead of the trees, the tests whose subject is the package as pip lays it out, imported from
-# there: each patch's own unit test (upstream's test/ layout, run with only the package on PYTHONPATH and
-# importing its sglang.test helpers from it), for sglang 0001, 0002, 0005 and 0006, the MegaMoE patches
-# (test_k3_mega_moe_upstream_tests.py, which also runs each one's test on its own pre-image, a commit of the
-# tree), 0003, the DeepGEMM runner's caller (test_deep_gemm_copy_list.py,
-# whose probe also runs the installed runner over the released kernels' length rules), and 0004, the
-# global-expert rows of the expert-location map (test_eplb_global_experts.py), for sglang-kt 0001
-# (test_kt_gpu_expert_remap.py's upstream_unit_test cases) and 0002 (test_kt_deep_gemm_copy_list.py,
-# likewise). The probe suites run on the trees only (test-sglang, test-sglang-kt): the multi-pass probes
-# (test_k3_mega_moe_passes.py), the CUDA-graph ranks probe (test_k3_mega_moe_graphs.py) and the KT remap
-# test module (gpu_expert_remap.py: the rest of test_kt_gpu_expert_remap.py). They prove the patched
-# functions' behaviour on the post-image files, which tests/wheels proves the installed files are byte for
-# byte; rerun here they would add minutes and prove nothing new.
+# The patched wheels, every Python tag, installed: RECORD, byte diff against stock, doctor, the cp312 wheel in
+# a Python 3.12 venv (tests/wheels). Then, against the installed stock and patched wheels (the first pinned
+# one: cp311 for sglang) instead of the trees, the tests whose subject is the package as pip lays it out,
+# imported from there: each patch's own unit test (upstream's test/ layout, run with only the package on
+# PYTHONPATH and importing its sglang.test helpers from it), for sglang 0001, 0002, 0005 and 0006, the MegaMoE
+# patches (test_k3_mega_moe_upstream_tests.py, which also runs each one's test on its own pre-image, a commit
+# of the tree), 0003, the DeepGEMM runner's caller (test_deep_gemm_copy_list.py, whose probe also runs the
+# installed runner over the released kernels' length rules), and 0004, the global-expert rows of the
+# expert-location map (test_eplb_global_experts.py), for sglang-kt 0001 (test_kt_gpu_expert_remap.py's
+# upstream_unit_test cases) and 0002 (test_kt_deep_gemm_copy_list.py, likewise). The probe suites run on the
+# trees only (test-sglang, test-sglang-kt): the multi-pass probes (test_k3_mega_moe_passes.py), the CUDA-graph
+# ranks probe (test_k3_mega_moe_graphs.py) and the KT remap test module (gpu_expert_remap.py: the rest of
+# test_kt_gpu_expert_remap.py). They prove the patched functions' behaviour on the post-image files, which
+# tests/wheels proves the installed files are byte for byte; rerun here they would add minutes and prove
+# nothing new.
 INSTALLED := $(CURDIR)/build/installed
 SGLANG_WHEEL_TESTS := tests/sglang/test_k3_mega_moe_upstream_tests.py tests/sglang/test_deep_gemm_copy_list.py \
   tests/sglang/test_eplb_global_experts.py

@@ -7,11 +7,11 @@
 # rest from this machine's local wheel store; 7-11 min on a loaded 2-core machine. The venv's pip is
 # upgraded first, as a user's would be, and nothing is byte-compiled at install (PIP_COMPILE=no; pip reads
 # PIP_NO_COMPILE=1 as compile=1): the commands run as written, and doctor's imports write the bytecode of
-# what they load, which the launch command's then reuse (PYTHONDONTWRITEBYTECODE is unset, as on a user's
-# machine).
+# what they load, which the launch command's then reuse (PYTHONDONTWRITEBYTECODE and PYTHONPYCACHEPREFIX
+# are unset, as on a user's machine).
 set -euo pipefail
 export PIP_COMPILE=no
-unset PYTHONDONTWRITEBYTECODE
+unset PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX
 cd "$(dirname "$0")/.."
 REPO=$PWD
 BOX=build/launch-box   # the GPU box's folder: the venv and dist/

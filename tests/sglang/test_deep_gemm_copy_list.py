@@ -39,6 +39,13 @@ def test_patched_sends_every_count_in_released_lengths(probes):
     check_patched(probes["patched"]["released"], LENGTHS)
 
 
+def test_stock_in_the_patched_role_fails(probes):
+    """What the patched package is held to fails on stock: the suite tells the two apart (an
+    installed stock wheel passed off as patched included, whose probe this is in the wheel run)."""
+    with pytest.raises(AssertionError):
+        check_patched(probes["stock"]["released"], LENGTHS)
+
+
 def test_stock_refuses_the_other_lengths(probes):
     check_stock(probes["stock"]["released"], LENGTHS)
 

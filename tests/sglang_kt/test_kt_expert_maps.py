@@ -39,7 +39,7 @@ def runs(stock_root, patched_root, tmp_path_factory):
 @pytest.mark.parametrize("label", ["stock", "patched"])
 def test_each_package_holds_what_its_tests_state(runs, label):
     """Each test states both packages' values, so each package passes all and the other's
-    expectations fail (the stock wheel in the patched role: tests/wheels)."""
+    expectations fail."""
     check_pytest_run(runs[label], dict.fromkeys(MAPS_TESTS, "passed"))
 
 
