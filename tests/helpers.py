@@ -18,7 +18,7 @@ import tarfile
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -203,7 +203,13 @@ def run_pytest_files(
         )
         output = proc.stdout + proc.stderr
         assert xml.is_file(), f"pytest wrote no report (exit {proc.returncode}):\n{output[-6000:]}"
-        return {f: PytestRun(proc.returncode, output, *read_junit(xml, f, several)) for f in test_files}
+        runs = {f: PytestRun(proc.returncode, output, *read_junit(xml, f, several)) for f in test_files}
+        if several and proc.returncode in (0, 1):  # each file's own exit code: 1 where one of its tests failed
+            runs = {
+                f: replace(r, returncode=int(bool({"failed", "error"} & set(r.outcomes.values()))))
+                for f, r in runs.items()
+            }
+        return runs
 
 
 TREE_ENV = "SGL_OVERLAY_TREE"
@@ -215,14 +221,15 @@ def per_tree(stock: object, patched: object) -> object:
     return {"stock": stock, "patched": patched}[os.environ[TREE_ENV]]
 
 
-def run_per_tree(roots: dict[str, Path], test_file: Path, tmp_path_factory) -> dict[str, PytestRun]:
-    """Run a test module that states its values with per_tree once on each package (label -> package root),
-    the runs at once; its folder and the one above are on PYTHONPATH after the package."""
-    here = test_file.parent
+def run_per_tree(roots: dict[str, Path], test_files: list[Path], tmp_path_factory) -> dict[str, dict[Path, PytestRun]]:
+    """Run test modules that state their values with per_tree once on each package (label -> package root):
+    one pytest process a package (one import of it for all the modules), the runs at once; the modules'
+    folder and the one above are on PYTHONPATH after the package."""
+    here = test_files[0].parent
     return side_by_side(
         {
-            label: lambda root=root, label=label, cwd=tmp_path_factory.mktemp(label): run_pytest(
-                [root, here, here.parent], test_file, cwd, extra_env={TREE_ENV: label}
+            label: lambda root=root, label=label, cwd=tmp_path_factory.mktemp(label): run_pytest_files(
+                [root, here, here.parent], test_files, cwd, extra_env={TREE_ENV: label}
             )
             for label, root in roots.items()
         }

@@ -1,14 +1,15 @@
 """Every KT GPU slot runs its own expert under every expert map, all-experts loader and
 run-time move, or the server refuses the combination (sglang-kt 0.7.2, series 0003-0006), on
-both packages: expert_maps.py (one pytest process each, the two at once) states what every
-slot holds, or what is refused, on each; every test passes on both. A rebalance at run time
+both packages: expert_maps.py (with gpu_expert_remap.py, one pytest process a package:
+conftest.py) states what every slot holds, or what is refused, on each; every test passes on
+both. A rebalance at run time
 (eplb_rebalance.py, on stock) and 0005's own test, as the fork's CPU CI runs it."""
 
 from pathlib import Path
 
 import pytest
 
-from helpers import check_pytest_run, in_patch_test, run_per_tree, run_pytest
+from helpers import check_pytest_run, in_patch_test, run_pytest
 
 HERE = Path(__file__).resolve().parent
 MAPS = HERE / "expert_maps.py"
@@ -32,8 +33,8 @@ MAPS_TESTS = [
 
 
 @pytest.fixture(scope="module")
-def runs(stock_root, patched_root, tmp_path_factory):
-    return run_per_tree({"stock": stock_root(TARGET), "patched": patched_root(TARGET)}, MAPS, tmp_path_factory)
+def runs(per_tree_runs):
+    return {label: by_module[MAPS] for label, by_module in per_tree_runs.items()}
 
 
 @pytest.mark.parametrize("label", ["stock", "patched"])

@@ -1,6 +1,6 @@
 """The KT GPU-expert remap on both FusedMoE weight-loader paths (sglang-kt 0.7.2), on both
-packages: gpu_expert_remap.py (one pytest process each, the two at once; its docstring says how
-the layer is built and what stands in) states what every GPU slot holds on each. The tests of
+packages: gpu_expert_remap.py (with expert_maps.py, one pytest process a package: conftest.py; its
+docstring says how the layer is built and what stands in) states what every GPU slot holds on each. The tests of
 what only the patch makes right fail on stock; every other test passes on both. And the patch's
 own unit test, as the fork's CPU CI runs it."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO_ROOT, check_pytest_run, in_patch_test, run_per_tree, run_pytest
+from helpers import REPO_ROOT, check_pytest_run, in_patch_test, run_pytest
 
 HERE = Path(__file__).resolve().parent
 REMAP = HERE / "gpu_expert_remap.py"
@@ -59,8 +59,8 @@ STOCK_FAILS = {
 
 
 @pytest.fixture(scope="module")
-def runs(stock_root, patched_root, tmp_path_factory):
-    return run_per_tree({"stock": stock_root(TARGET), "patched": patched_root(TARGET)}, REMAP, tmp_path_factory)
+def runs(per_tree_runs):
+    return {label: by_module[REMAP] for label, by_module in per_tree_runs.items()}
 
 
 def test_patched_loads_every_slot_right(runs):
