@@ -2,7 +2,8 @@
 or replayed, every EP rank makes the same fused-kernel launches, so no configuration that
 stock serves hangs, and stock's results are the expected values.
 
-k3_cap_probes/graphs_ranks.py runs sglang 0.5.23's real layers (Kimi K3's and the shared
+k3_cap_probes/graphs_ranks.py (run with passes_ranks.py in one process a package: conftest.py)
+runs sglang 0.5.23's real layers (Kimi K3's and the shared
 path) on 4 ranks over gloo, the fused kernel a real exchange per launch
 (mega_moe_standin.py), graphs captured under sglang's own ``model_capture_mode()`` in
 0.5.23's order and replayed as their recorded launches beside eager ranks; in graphs_own
@@ -14,13 +15,8 @@ benchmarks/results/cpu-2026-12-05-mega-moe-graphs.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from helpers import run_probe, side_by_side
-
-PROBE = Path(__file__).resolve().parent / "k3_cap_probes" / "graphs_ranks.py"
 SCENARIOS = (
     "graphs_gathered",
     "graphs_own",
@@ -31,19 +27,18 @@ SCENARIOS = (
     "should_use_own",
     "should_use_gathered",
 )
-# A gloo wait this long only ends in a hang (a rank whose peers finished sees their closed
-# connection at once); the probe's join deadline then reports the rank as hung.
-GLOO_TIMEOUT = "120"
 CAP = 8  # graphs_ranks.CAP
 LAYERS = ("k3", "shared")
 
 
 @pytest.fixture(scope="module")
-def runs(patched_root, stock_root):
-    roots = {"patched": patched_root("sglang"), "stock": stock_root("sglang")}
-    return side_by_side(
-        {name: (lambda r=root: run_probe(r, PROBE, *SCENARIOS, GLOO_TIMEOUT)) for name, root in roots.items()}
-    )
+def runs(mega_moe_ranks):
+    """label -> scenario -> its ranks (the probe run in conftest.py)."""
+    return {label: probes["graphs"] for label, probes in mega_moe_ranks.items()}
+
+
+def test_every_scenario_ran(runs):
+    assert set(runs["patched"]) == set(runs["stock"]) == set(SCENARIOS)
 
 
 def ranks(result):

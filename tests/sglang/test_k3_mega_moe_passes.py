@@ -1,6 +1,7 @@
 """MegaMoE rows over the token cap run in passes every EP rank agrees on
 (patches/sglang/0006), in the shared ``run_mega_routed_experts`` and in Kimi K3's
-``_forward_mega_experts``: 4 EP ranks over gloo (k3_cap_probes/passes_ranks.py), each
+``_forward_mega_experts``: 4 EP ranks over gloo (k3_cap_probes/passes_ranks.py, run with
+graphs_ranks.py in one process a package: conftest.py), each
 holding the MoE rows sglang's own layer-boundary code gives it, running sglang 0.5.23's
 real layers with DeepGEMM's fused kernel, symmetric buffer and pre-dispatch (native CUDA
 code) replaced by a reference MoE whose every launch is a real all-gather + all-reduce
@@ -14,17 +15,10 @@ stock), else ceil(busiest rank's rows / cap) on every rank.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 
-from helpers import run_probe, side_by_side
-
-PROBE = Path(__file__).resolve().parent / "k3_cap_probes" / "passes_ranks.py"
 PATHS = ("shared", "k3")
-# Long enough that a rank slowed by a loaded machine never times out: a rank left waiting
-# by peers that finished sees their closed connection at once, not the timeout.
-GLOO_TIMEOUT = "120"
 CAP = 8  # passes_ranks.CAP
 LAYOUTS = {"dp4", "dp2_sp", "tp4_sp", "tp4_unpadded"}
 
@@ -35,15 +29,9 @@ def close(result) -> bool:
 
 
 @pytest.fixture(scope="module")
-def ranks(patched_root, stock_root):
-    patched, stock = patched_root("sglang"), stock_root("sglang")
-    runs = side_by_side(
-        {
-            "patched": lambda: run_probe(patched, PROBE, "patched", GLOO_TIMEOUT),
-            "stock": lambda: run_probe(stock, PROBE, "stock", GLOO_TIMEOUT),
-        }
-    )
-    return {**runs["patched"], **runs["stock"]}
+def ranks(mega_moe_ranks):
+    """{"plan": the rounds, "patched": ..., "stock": ...} (the probe run in conftest.py)."""
+    return {**mega_moe_ranks["patched"]["passes"], **mega_moe_ranks["stock"]["passes"]}
 
 
 def _rounds(result):

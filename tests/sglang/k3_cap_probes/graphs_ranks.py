@@ -116,6 +116,7 @@ SCENARIOS = {
         [[("replay", "step-1", 4), ("replay", "step-3", 8), ("replay", "step-4", 10), ("replay", "step-2", 6)]],
     ),
 }
+EVERY_SCENARIO = (*SCENARIOS, "should_use_own", "should_use_gathered")
 
 
 # Attention TP of a scenario; 1 elsewhere.
