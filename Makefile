@@ -42,15 +42,17 @@ wheels: trees
 wheels-only: trees
 	$(call build_dist)
 
-# `make test` runs the suites two at a time (a sub-make with -j2): half of them keep only one core busy (git,
-# nvcc, pip). test-wheels, the longest chain (trees, wheels, installs, then three runs), starts first. Each suite's
-# output is printed whole when it ends (--output-sync). Under `make test`:
+# `make test` runs the suites three at a time on two cores (a sub-make with -j3): the chains that wait on pip,
+# git or nvcc (trees, wheels, installs, the launch test's 10 GB install) leave a core idle otherwise. Goals start
+# in this order when ready: test-wheels, the longest chain (trees, wheels, installs, then three runs), then
+# test-launch (the install, mostly disk and network, from the moment the wheels exist), then the rest, the
+# costliest first. Each suite's output is printed whole when it ends (--output-sync). Under `make test`:
 # - test-tool waits for the trees, whose real series one of its tests re-applies;
 # - the tests test-wheels runs against the installed wheels run there only: the installed files are the
 #   trees' post-images byte for byte (tests/wheels), so a second run on the trees proves nothing more.
-SUITES := test-wheels test-tool test-kernel test-sglang test-sglang-kt test-style test-launch test-image
+SUITES := test-wheels test-launch test-sglang test-sglang-kt test-tool test-style test-kernel test-image
 test:
-	$(MAKE) -j2 --output-sync=target --no-print-directory lint $(SUITES) TOOL_TEST_DEPS=trees \
+	$(MAKE) -j3 --output-sync=target --no-print-directory lint $(SUITES) TOOL_TEST_DEPS=trees \
 	  SGLANG_TREE_ARGS="$(addprefix --deselect=,$(SGLANG_WHEEL_TESTS))" \
 	  KT_TREE_ARGS="$(addprefix --deselect=,$(KT_WHEEL_TESTS))"
 
