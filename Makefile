@@ -84,20 +84,19 @@ test-kernel: venvs trees
 # a Python 3.12 venv (tests/wheels). Then, against the installed stock and patched wheels (the first pinned
 # one: cp311 for sglang) instead of the trees, the tests whose subject is the package as pip lays it out,
 # imported from there: each patch's own unit test (upstream's test/ layout, run with only the package on
-# PYTHONPATH and importing its sglang.test helpers from it), for sglang 0001, 0002, 0005 and 0006, the MegaMoE
-# patches (test_k3_mega_moe_upstream_tests.py, which also runs each one's test on its own pre-image, a commit
-# of the tree), 0003, the DeepGEMM runner's caller (test_deep_gemm_copy_list.py, whose probe also runs the
-# installed runner over the released kernels' length rules), and 0004, the global-expert rows of the
-# expert-location map (test_eplb_global_experts.py), for sglang-kt 0001 (test_kt_gpu_expert_remap.py's
-# upstream_unit_test cases) and 0002 (test_kt_deep_gemm_copy_list.py, likewise). The probe suites run on the
-# trees only (test-sglang, test-sglang-kt): the multi-pass probes (test_k3_mega_moe_passes.py), the CUDA-graph
-# ranks probe (test_k3_mega_moe_graphs.py) and the KT remap test module (gpu_expert_remap.py: the rest of
+# PYTHONPATH and importing its sglang.test helpers from it), for every sglang patch (test_in_patch_tests.py,
+# which also runs each one's test on its pre-image: the stock package, or a commit of the tree where an
+# earlier patch changed its files; one pytest process per tree), the probe of sglang 0003, the DeepGEMM
+# runner's caller (test_deep_gemm_copy_list.py: the installed runner over the released kernels' length rules),
+# for sglang-kt 0001 (test_kt_gpu_expert_remap.py's upstream_unit_test cases) and 0002
+# (test_kt_deep_gemm_copy_list.py, likewise). The probe suites run on the trees only (test-sglang,
+# test-sglang-kt): the multi-pass probes (test_k3_mega_moe_passes.py), the CUDA-graph ranks probe
+# (test_k3_mega_moe_graphs.py) and the KT remap test module (gpu_expert_remap.py: the rest of
 # test_kt_gpu_expert_remap.py). They prove the patched functions' behaviour on the post-image files, which
 # tests/wheels proves the installed files are byte for byte; rerun here they would add minutes and prove
 # nothing new.
 INSTALLED := $(CURDIR)/build/installed
-SGLANG_WHEEL_TESTS := tests/sglang/test_k3_mega_moe_upstream_tests.py tests/sglang/test_deep_gemm_copy_list.py \
-  tests/sglang/test_eplb_global_experts.py
+SGLANG_WHEEL_TESTS := tests/sglang/test_in_patch_tests.py tests/sglang/test_deep_gemm_copy_list.py
 KT_REMAP := tests/sglang_kt/test_kt_gpu_expert_remap.py
 KT_WHEEL_TESTS := tests/sglang_kt/test_kt_deep_gemm_copy_list.py $(KT_REMAP)::test_upstream_unit_test_passes_on_patched \
   $(KT_REMAP)::test_upstream_unit_test_fails_on_stock

@@ -41,14 +41,14 @@ def tree_dir(target: str) -> Path:
     return path
 
 
-def export_tree(target: str, dest: Path, rev: str = "upstream") -> Path:
-    """Export one commit of a target's tree: `upstream` is the stock pre-image, `HEAD`
-    the patched post-image."""
+def export_tree(target: str, dest: Path, rev: str = "upstream", paths: tuple[str, ...] = ()) -> Path:
+    """Export one commit of a target's tree (only `paths` where given): `upstream` is the stock
+    pre-image, `HEAD` the patched post-image."""
     tree = tree_dir(target)
     dest.mkdir(parents=True, exist_ok=True)
     archive = dest / "tree.tar"
     subprocess.run(
-        ["git", "-C", str(tree), "archive", "--format=tar", "-o", str(archive), rev],
+        ["git", "-C", str(tree), "archive", "--format=tar", "-o", str(archive), rev, "--", *paths],
         check=True,
     )
     with tarfile.open(archive) as tar:

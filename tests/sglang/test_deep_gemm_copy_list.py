@@ -5,8 +5,8 @@ The probe (tests/copy_list_probe.py, one subprocess per package) imports the REA
 patched ``deep_gemm`` module and calls its ``copy_list_to_gpu_no_ce`` for every N in 1..513 and
 for tests/kernel/list_inputs.py's special inputs, over a stand-in for sgl-kernel's
 ``copy_to_gpu_no_ce`` with those lengths, and one with every length (the reference: stock's
-answer where stock was only missing a kernel). Then the patch's own unit test, on the patched
-tree and on stock. Cost: about 20 s per probe process (sglang's import).
+answer where stock was only missing a kernel). The patch's own unit test runs with the other patches'
+(test_in_patch_tests.py). Cost: about 20 s per probe process (sglang's import).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import json
 
 import pytest
 
-from copy_list_probe import IN_PATCH_OUTCOMES, IN_PATCH_TEST, check_as_stock, check_patched, check_stock
-from helpers import REPO_ROOT, check_in_patch_test, run_probe, side_by_side
+from copy_list_probe import check_as_stock, check_patched, check_stock
+from helpers import REPO_ROOT, run_probe, side_by_side
 
 PROBE = REPO_ROOT / "tests" / "copy_list_probe.py"
 TARGET = "sglang"
@@ -52,9 +52,3 @@ def test_stock_refuses_the_other_lengths(probes):
 
 def test_patched_answers_as_stock_where_stock_had_the_kernel(probes):
     check_as_stock(probes["patched"]["released"], probes["stock"]["released"], probes["stock"]["every"])
-
-
-@pytest.mark.parametrize("label", ["patched", "stock"])
-def test_in_patch_test(label, stock_root, patched_root, tmp_path):
-    root = patched_root(TARGET) if label == "patched" else stock_root(TARGET)
-    check_in_patch_test(root, TARGET, IN_PATCH_TEST, tmp_path, IN_PATCH_OUTCOMES[label])

@@ -1,6 +1,6 @@
 """Every KT GPU slot runs its own expert under every expert map, all-experts loader
 and run-time move, or the server refuses the combination (sglang-kt 0.7.2, series
-0003-0006). Not collected by the suite: test_kt_expert_maps.py runs it with the stock or the
+0003-0007). Not collected by the suite: test_kt_expert_maps.py runs it with the stock or the
 patched package first on PYTHONPATH and TREE_ENV naming which; each test states what it
 expects on each package (``per_tree``).
 

@@ -1,6 +1,6 @@
 """Every quantisation method of sglang-kt 0.7.2 that can back a KT GPU expert x KT flag x GPU
 placement x EP size: each cell is refused at startup in one line, or computes with loaded numbers
-(series 0005-0006). Fixed grid, no randomness. Not collected by the suite: test_kt_quant_grid.py
+(series 0006-0007). Fixed grid, no randomness. Not collected by the suite: test_kt_quant_grid.py
 runs it with the stock or the patched package first on PYTHONPATH; the stock package passes
 test_stock_computes_wrong_in_the_cells_named and fails the other, the patched one the reverse.
 WRONG names the cells, so the patch refuses exactly the cells that are wrong on stock.

@@ -1,9 +1,9 @@
 """Every KT GPU slot runs its own expert under every expert map, all-experts loader and
-run-time move, or the server refuses the combination (sglang-kt 0.7.2, series 0003-0006), on
+run-time move, or the server refuses the combination (sglang-kt 0.7.2, series 0003-0007), on
 both packages: expert_maps.py (with gpu_expert_remap.py, one pytest process a package:
 conftest.py) states what every slot holds, or what is refused, on each; every test passes on
-both. A rebalance at run time
-(eplb_rebalance.py, on stock) and 0005's own test, as the fork's CPU CI runs it."""
+both. A rebalance at run time (eplb_rebalance.py, on stock) and 0006's own test, as the fork's
+CPU CI runs it."""
 
 from pathlib import Path
 
@@ -55,7 +55,7 @@ def test_eplb_rebalance_on_stock(stock_root, tmp_path):
 
 @pytest.mark.parametrize("label", ["stock", "patched"])
 def test_server_args_unit_test(label, stock_root, patched_root):
-    """0005's own test, as the fork's CPU CI runs it: passes patched; on stock the
+    """0006's own test, as the fork's CPU CI runs it: passes patched; on stock the
     redundant-experts refusal test fails (accepted there); EPLB with KT is accepted
     in the arguments on both (it is checked per layer)."""
     test_file = in_patch_test(TARGET, SERVER_ARGS_TEST)
