@@ -1,5 +1,9 @@
 """`sgl-overlay` command line: one function per command, its docstring the command's help.
-Exit codes: 0 ok, 1 failure, 2 usage, 130 interrupted."""
+Exit codes: 0 ok, 1 failure, 2 usage, 130 interrupted.
+
+What every command needs (the manifest, the series, a checkout) is imported here; a module only some commands
+use (fetch, verify, wheels, doctor, export, prs, matrix) is imported by those commands, so that `status`,
+`apply` and `revert` start without loading it."""
 
 from __future__ import annotations
 
@@ -14,15 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sgl_overlay import __version__
-from sgl_overlay.builds import doctor, fetch, tree, wheels
+from sgl_overlay.builds import tree
 from sgl_overlay.builds.places import Places, places
-from sgl_overlay.builds.verify import verify_tree
 from sgl_overlay.engine import gitutil, operations, scratch, subproc, transaction
 from sgl_overlay.engine.checkout import Checkout, detect
 from sgl_overlay.engine.manifest import Kind, Manifest, Target, load_manifest
 from sgl_overlay.engine.series import Series
 from sgl_overlay.errors import Interrupted, OverlayError, UsageError
-from sgl_overlay.maint import export, matrix, matrix_report, pins, prs
+from sgl_overlay.maint import pins
 
 
 def say(line: str) -> None:
@@ -70,6 +73,8 @@ def cmd_fetch(args: argparse.Namespace, ctx: Context) -> int:
 
     Wheels are cached and sha256-checked; build/trees/<target> gets one commit, tagged `upstream`. sgl-kernel's
     pre-images come from its full-context patch, with no network."""
+    from sgl_overlay.builds import fetch
+
     for target in ctx.manifest.select(args.target):
         series = ctx.series_of(target)
         wheel = fetch.fetch_wheels(target, ctx.cache, args.offline, say)[0] if target.kind == Kind.WHEEL else None
@@ -128,6 +133,8 @@ def cmd_revert(args: argparse.Namespace, ctx: Context) -> int:
 
 def cmd_verify(args: argparse.Namespace, ctx: Context) -> int:
     """Prove each laid-out tree is the pinned pre-images (`upstream`) plus the patches (HEAD)."""
+    from sgl_overlay.builds.verify import verify_tree
+
     problems = []
     for co in ctx.checkouts(args):
         for target in co.targets:
@@ -143,6 +150,8 @@ def cmd_verify(args: argparse.Namespace, ctx: Context) -> int:
 
 def cmd_export(args: argparse.Namespace, ctx: Context) -> int:
     """(maintainers) Write the commits on `upstream` in build/trees/<target> back to patches/<target>/."""
+    from sgl_overlay.maint import export
+
     for target in ctx.manifest.select(args.target):
         for line in export.lines(export.export_series(target, ctx.trees / target.name)):
             print(line)
@@ -161,6 +170,8 @@ def cmd_prs(args: argparse.Namespace, ctx: Context) -> int:
     patch's `<stem>.pr.md`, checked against upstream's template, or REVIEW.md where it is a review of an open pull
     request (`Origin: other, <URL>`; the line names the command that posts it). A port (`Origin: backport, ...`)
     is listed, not written. A missing or malformed description writes nothing. Layout: OUT/<target>/<patch stem>/{0001-*.patch,PR.md or REVIEW.md}."""
+    from sgl_overlay.maint import prs
+
     by = prs.sender(Path.cwd())
     out = (args.out or ctx.trees.parent / "prs").resolve()
     for line in prs.lines(prs.export_prs(ctx.manifest.select(args.target), ctx.trees, out, by)):
@@ -182,6 +193,8 @@ def cmd_wheels(args: argparse.Namespace, ctx: Context) -> int:
 
     Each pinned wheel's twin is built from the verified tree (same tags, a local version label); with
     --checkout, upstream's own build of the checkout's python/, once the series is in."""
+    from sgl_overlay.builds import doctor, fetch, wheels
+
     out_dir, local = (args.out or doctor.default_dist(ctx.root)).resolve(), ctx.manifest.local_version
     if args.print_names:
         rows = wheels.print_names(ctx.manifest.select(args.target), ctx.cache, out_dir, local, args.for_python)
@@ -205,6 +218,8 @@ def cmd_doctor(args: argparse.Namespace, ctx: Context) -> int:
 
     Installed files against the post-image blobs, the installed sgl_kernel's lengths beside what the DeepGEMM
     runner sends, a live N=16 copy on a GPU; prints the command that fixes what is missing."""
+    from sgl_overlay.builds import doctor
+
     dist = (args.dist or doctor.default_dist(ctx.root)).resolve()
     report = doctor.doctor(ctx.manifest, ctx.series_of, args.python, dist, not args.no_live, args.site)
     print("\n".join(doctor.report_lines(report)))
@@ -216,6 +231,8 @@ def cmd_matrix(args: argparse.Namespace, ctx: Context) -> int:
 
     Writes compat-matrix.md and .json; conflicts and failing tests are results, only tool errors exit non-zero.
     docs/DESIGN.md explains the method."""
+    from sgl_overlay.maint import matrix, matrix_report
+
     build = ctx.trees.parent / "matrix"
     opts = matrix.Options(ctx.root, ctx.cache, build, run_tests=not args.no_tests, offline=args.offline)
     versions = matrix.parse_versions(args.versions, args.target)

@@ -7,8 +7,6 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from wheel.wheelfile import WheelFile
-
 from sgl_overlay.engine import gitutil
 from sgl_overlay.engine.manifest import Kind, Target
 from sgl_overlay.engine.series import Series, check_preimages, preimage_from_full_context
@@ -19,6 +17,8 @@ BASE_TAG = "upstream"
 
 def _extract_wheel(wheel: Path, target: Target, dest: Path) -> int:
     """Extract the wheel's packages to their checkout paths; WheelFile checks RECORD hashes."""
+    from wheel.wheelfile import WheelFile  # only `fetch` extracts: the other commands start without zipfile
+
     count = 0
     with WheelFile(wheel) as wf:
         for info in wf.infolist():
